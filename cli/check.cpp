@@ -1,0 +1,74 @@
+// `gpufile check FILE`: which path reads of FILE would take, and why. No path is silent.
+#include <cufile.h>
+#include <fcntl.h>
+#include <sys/vfs.h>
+#include <unistd.h>
+
+#include <cstdio>
+
+#include "cli/commands.hpp"
+#include "cuda/driver.hpp"
+#include "exec/runtime.hpp"
+
+namespace gpufile::cli {
+namespace {
+
+const char* fs_name(long type) {
+  switch (static_cast<unsigned long>(type)) {
+    case 0xEF53: return "ext4";
+    case 0x58465342: return "xfs";
+    case 0x01021994: return "tmpfs";
+    case 0x9123683E: return "btrfs";
+    case 0x6969: return "nfs";
+    case 0x794c7630: return "overlayfs";
+    case 0x65735546: return "fuse";
+    case 0x0BD00BD0: return "lustre";
+    default: return "other";
+  }
+}
+
+}  // namespace
+
+int check(int argc, char** argv) {
+  if (argc != 2) return std::fprintf(stderr, "usage: gpufile check FILE\n"), 2;
+  const char* path = argv[1];
+  int fd = ::open(path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return std::perror(path), 1;
+  struct statfs sf {};
+  fstatfs(fd, &sf);
+  CUfileDescr_t d{};
+  d.type = CU_FILE_HANDLE_TYPE_OPAQUE_FD;
+  d.handle.fd = fd;
+  CUfileHandle_t h = nullptr;
+  CUfileError_t e = cuFileHandleRegister(&h, &d);
+  if (e.err != CU_FILE_SUCCESS) {
+    std::printf("%s: cannot be registered: %s (%d)\n", path, CUFILE_ERRSTR(e.err), e.err);
+    ::close(fd);
+    return 1;
+  }
+  Runtime::FileReport r;
+  Runtime::instance().explain_file(h, &r);
+  std::printf("file        %s (%llu bytes, %s)\n", path, static_cast<unsigned long long>(r.size),
+              fs_name(sf.f_type));
+  std::printf("O_DIRECT    %s", r.direct_capable ? "yes" : "no (this file system refuses it)");
+  if (r.direct_capable) std::printf(", alignment: memory %u, offset %u", r.align.mem, r.align.offset);
+  std::printf("\n");
+  if (r.cachestat_ok)
+    std::printf("page cache  %llu of %llu pages resident\n",
+                static_cast<unsigned long long>(r.resident.cached_pages),
+                static_cast<unsigned long long>(r.resident.total_pages));
+  else
+    std::printf("page cache  unknown (kernel without cachestat)\n");
+  std::printf("engine      %s%s%s\n", Runtime::instance().engine_name().c_str(),
+              Runtime::instance().engine_note().empty() ? "" : ": ",
+              Runtime::instance().engine_note().c_str());
+  std::printf("GPU         %s\n", cuda::driver() ? "yes" : cuda::why_no_driver().c_str());
+  std::printf("large reads %s\n",
+              r.read_direct ? "staged direct: O_DIRECT into pinned slabs, async copy to the GPU"
+                            : "page cache: buffered reads (the data is cached, or O_DIRECT is off)");
+  cuFileHandleDeregister(h);
+  ::close(fd);
+  return 0;
+}
+
+}  // namespace gpufile::cli

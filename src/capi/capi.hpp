@@ -1,0 +1,51 @@
+// Shared by the cuFile entry points: the one place where gpufile's Error becomes cuFile's
+// CUfileError_t, CUfileOpError, or the -1/errno convention of cuFileRead/cuFileWrite.
+#pragma once
+
+#include <cufile.h>
+#include <sys/types.h>
+
+#include <exception>
+
+#include "core/error.hpp"
+#include "core/log.hpp"
+
+namespace gpufile::capi {
+
+CUfileOpError op_error(const Error& e);
+
+inline CUfileError_t status(const Error& e) {
+  CUfileError_t s{};
+  s.err = op_error(e);
+  s.cu_err = static_cast<decltype(s.cu_err)>(e.code == Errc::cuda ? e.cu_result : 0);
+  return s;
+}
+
+inline CUfileError_t success() { return status(Error::none()); }
+
+// cuFileRead/cuFileWrite: bytes, or -1 with errno holding an OS errno or, for failures of
+// cuFile's own, the positive CUfileOpError (what NVIDIA's library does, not what its header
+// says; spec §2.3).
+ssize_t io_return(const IoResult& r);
+
+// What *bytes_p of a stream op receives for a failure: -errno for OS errors, -CUfileOpError
+// otherwise (callers tell them apart with IS_CUFILE_ERR).
+ssize_t negative_code(const Error& e);
+
+// No exception may cross the C ABI: a throwing entry point reports an internal error.
+template <typename F>
+CUfileError_t guarded(const char* what, F&& f) noexcept {
+  try {
+    return status(f());
+  } catch (const std::bad_alloc&) {
+    return status(Error::of(Errc::no_memory));
+  } catch (const std::exception& ex) {
+    GPUFILE_LOG(LogLevel::error, "%s: %s", what, ex.what());
+    return status(Error::of(Errc::internal));
+  } catch (...) {
+    GPUFILE_LOG(LogLevel::error, "%s: unknown exception", what);
+    return status(Error::of(Errc::internal));
+  }
+}
+
+}  // namespace gpufile::capi

@@ -1,0 +1,140 @@
+// cuFile driver lifetime and properties.
+#include <cstdio>
+#include <string>
+
+#include "capi/capi.hpp"
+#include "cuda/driver.hpp"
+#include "exec/runtime.hpp"
+
+#undef cuFileDriverClose  // the header maps it to _v2; both symbols are exported
+
+using gpufile::Errc;
+using gpufile::Error;
+using gpufile::Runtime;
+using gpufile::Settings;
+using gpufile::capi::guarded;
+
+namespace {
+
+constexpr int kCuFileVersion = 1150;  // GDS 1.15, as 1000 * major + 10 * minor
+
+unsigned clamp_u32(size_t v) { return v > 0xffffffffu ? 0xffffffffu : static_cast<unsigned>(v); }
+
+void fill_properties(const Settings& s, CUfileDrvProps_t* p) {
+  *p = CUfileDrvProps_t{};
+  // No nvidia-fs: its version stays 0.0, as NVIDIA's library reports without the module.
+  p->nvfs.poll_thresh_size = s.poll_mode_max_size_kb;
+  p->nvfs.max_direct_io_size = s.max_direct_io_size_kb;
+  p->nvfs.dcontrolflags = (s.use_poll_mode ? 1u << CU_FILE_USE_POLL_MODE : 0u) |
+                          (s.allow_compat_mode ? 1u << CU_FILE_ALLOW_COMPAT_MODE : 0u);
+  p->fflags = 1u << CU_FILE_DYN_ROUTING_SUPPORTED | 1u << CU_FILE_BATCH_IO_SUPPORTED |
+              1u << CU_FILE_STREAMS_SUPPORTED | 1u << CU_FILE_PARALLEL_IO_SUPPORTED;
+  p->max_device_cache_size = clamp_u32(s.max_device_cache_size_kb);
+  p->per_buffer_cache_size = clamp_u32(s.per_buffer_cache_size_kb);
+  p->max_device_pinned_mem_size = clamp_u32(s.max_device_pinned_mem_size_kb);
+  p->max_batch_io_size = clamp_u32(s.io_batchsize);
+  p->max_batch_io_timeout_msecs = clamp_u32(s.batch_io_timeout_ms);
+}
+
+// BAR1 of an NVIDIA GPU is PCI resource 1: its size from sysfs, in KiB.
+Error bar1_size_kb(int gpu, size_t* kb) {
+  using namespace gpufile::cuda;
+  const Driver* d = driver();
+  if (d == nullptr) return Error::of(Errc::driver_not_open);
+  if (gpu < 0 || gpu >= d->device_count) return Error::of(Errc::invalid_argument);
+  CUdevice dev = 0;
+  int domain = 0, bus = 0, slot = 0;
+  d->DeviceGet(&dev, gpu);
+  d->DeviceGetAttribute(&domain, CU_DEVICE_ATTRIBUTE_PCI_DOMAIN_ID, dev);
+  d->DeviceGetAttribute(&bus, CU_DEVICE_ATTRIBUTE_PCI_BUS_ID, dev);
+  d->DeviceGetAttribute(&slot, CU_DEVICE_ATTRIBUTE_PCI_DEVICE_ID, dev);
+  char path[96];
+  snprintf(path, sizeof path, "/sys/bus/pci/devices/%04x:%02x:%02x.0/resource", domain, bus, slot);
+  *kb = 0;
+  FILE* f = fopen(path, "re");
+  if (f == nullptr) return Error::none();  // not visible here (VMs, containers): report 0
+  unsigned long long start = 0, end = 0, flags = 0;
+  for (int line = 0; line < 2; ++line)
+    if (fscanf(f, "%llx %llx %llx", &start, &end, &flags) != 3) start = end = 0;
+  fclose(f);
+  if (end > start) *kb = static_cast<size_t>((end - start + 1) / 1024);
+  return Error::none();
+}
+
+}  // namespace
+
+extern "C" {
+
+CUfileError_t cuFileDriverOpen(void) {
+  return guarded(__func__, [] { return Runtime::instance().open(); });
+}
+
+CUfileError_t cuFileDriverClose_v2(void) {
+  return guarded(__func__, [] { return Runtime::instance().close(); });
+}
+
+CUfileError_t cuFileDriverClose(void) { return cuFileDriverClose_v2(); }
+
+long cuFileUseCount(void) { return Runtime::instance().use_count(); }
+
+CUfileError_t cuFileDriverGetProperties(CUfileDrvProps_t* props) {
+  return guarded(__func__, [&] {
+    if (props == nullptr) return Error::of(Errc::invalid_argument);
+    *props = CUfileDrvProps_t{};
+    bool open = Runtime::instance().update_settings([&](Settings& s) { fill_properties(s, props); });
+    return open ? Error::none() : Error::of(Errc::driver_not_open);
+  });
+}
+
+CUfileError_t cuFileDriverSetPollMode(bool poll, size_t poll_threshold_size) {
+  return guarded(__func__, [&] {
+    bool open = Runtime::instance().update_settings([&](Settings& s) {
+      s.use_poll_mode = poll;
+      s.poll_mode_max_size_kb = poll_threshold_size;
+    });
+    return open ? Error::none() : Error::of(Errc::driver_not_open);
+  });
+}
+
+CUfileError_t cuFileDriverSetMaxDirectIOSize(size_t max_direct_io_size) {
+  return guarded(__func__, [&] {
+    if (max_direct_io_size == 0) return Error::of(Errc::invalid_argument);
+    bool open = Runtime::instance().update_settings(
+        [&](Settings& s) { s.max_direct_io_size_kb = max_direct_io_size; });
+    return open ? Error::none() : Error::of(Errc::driver_not_open);
+  });
+}
+
+CUfileError_t cuFileDriverSetMaxCacheSize(size_t max_cache_size) {
+  return guarded(__func__, [&] {
+    bool open = Runtime::instance().update_settings(
+        [&](Settings& s) { s.max_device_cache_size_kb = max_cache_size; });
+    return open ? Error::none() : Error::of(Errc::driver_not_open);
+  });
+}
+
+CUfileError_t cuFileDriverSetMaxPinnedMemSize(size_t max_pinned_size) {
+  return guarded(__func__, [&] {
+    bool open = Runtime::instance().update_settings(
+        [&](Settings& s) { s.max_device_pinned_mem_size_kb = max_pinned_size; });
+    return open ? Error::none() : Error::of(Errc::driver_not_open);
+  });
+}
+
+CUfileError_t cuFileGetVersion(int* version) {
+  return guarded(__func__, [&] {
+    if (version == nullptr) return Error::of(Errc::invalid_argument);
+    *version = kCuFileVersion;
+    return Error::none();
+  });
+}
+
+CUfileError_t cuFileGetBARSizeInKB(int gpuIndex, size_t* barSize) {
+  return guarded(__func__, [&] {
+    if (barSize == nullptr) return Error::of(Errc::invalid_argument);
+    if (!Runtime::instance().is_open()) return Error::of(Errc::driver_not_open);
+    return bar1_size_kb(gpuIndex, barSize);
+  });
+}
+
+}  // extern "C"

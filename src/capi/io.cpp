@@ -1,0 +1,46 @@
+// cuFileRead / cuFileWrite.
+#include <cerrno>
+#include <chrono>
+
+#include "capi/capi.hpp"
+#include "core/stats.hpp"
+#include "exec/runtime.hpp"
+
+using gpufile::IoResult;
+using gpufile::Runtime;
+namespace stats = gpufile::stats;
+
+namespace {
+
+ssize_t read_write(gpufile::sys::IoKind kind, CUfileHandle_t fh, const void* base, size_t size,
+                   off_t file_offset, off_t buffer_offset) noexcept {
+  auto t0 = std::chrono::steady_clock::now();
+  IoResult r;
+  try {
+    r = Runtime::instance().read_write(kind, fh, base, size, file_offset, buffer_offset);
+  } catch (const std::bad_alloc&) {
+    r.error = gpufile::Error::of(gpufile::Errc::no_memory);
+  } catch (...) {
+    r.error = gpufile::Error::of(gpufile::Errc::internal);
+  }
+  auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - t0);
+  stats::record_call(kind == gpufile::sys::IoKind::read ? stats::Op::read : stats::Op::write,
+                     r.bytes, static_cast<uint64_t>(ns.count()), r.ok());
+  return gpufile::capi::io_return(r);
+}
+
+}  // namespace
+
+extern "C" {
+
+ssize_t cuFileRead(CUfileHandle_t fh, void* bufPtr_base, size_t size, off_t file_offset,
+                   off_t bufPtr_offset) {
+  return read_write(gpufile::sys::IoKind::read, fh, bufPtr_base, size, file_offset, bufPtr_offset);
+}
+
+ssize_t cuFileWrite(CUfileHandle_t fh, const void* bufPtr_base, size_t size, off_t file_offset,
+                    off_t bufPtr_offset) {
+  return read_write(gpufile::sys::IoKind::write, fh, bufPtr_base, size, file_offset, bufPtr_offset);
+}
+
+}  // extern "C"

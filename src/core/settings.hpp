@@ -1,0 +1,77 @@
+// The effective configuration of one open driver session. Every value comes from, in rising
+// precedence: built-in default < cufile.json < environment < API (cuFileSetParameter*, the
+// cuFileDriverSet* calls, or the C++ API). src/core/config.cpp resolves it; docs/settings.md
+// lists every row. Sizes that cuFile expresses in KB keep their cuFile name and unit here so that
+// the parameter API can hand them back unchanged.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace gpufile {
+
+enum class LogLevel : int { trace = 0, debug, info, notice, warn, error, off };
+
+// How the aligned body of a request reaches storage.
+enum class DirectIoPolicy : int {
+  automatic = 0,  // O_DIRECT when the file allows it and the range is not already cached
+  always,         // O_DIRECT whenever the file allows it
+  never,          // always through the page cache
+};
+
+// Which IO engine the workers use.
+enum class EnginePolicy : int {
+  automatic = 0,  // io_uring when the kernel allows it, else posix (one log line says why)
+  io_uring,       // io_uring or fail at open
+  posix,          // pread/pwrite only
+};
+
+struct Settings {
+  // ---- cuFile keys (cufile.json name in comments) --------------------------------------------
+  // logging.*
+  LogLevel log_level = LogLevel::error;      // logging.level / CUFILE_LOGGING_LEVEL
+  std::string log_dir;                       // logging.dir
+  std::string log_file;                      // CUFILE_LOGFILE_PATH (empty: stderr only)
+  // profile.*
+  int stats_level = 0;                       // profile.cufile_stats (0..3)
+  bool nvtx = false;                         // profile.nvtx
+  // execution.*
+  size_t max_io_queue_depth = 128;           // execution.max_io_queue_depth (1..256)
+  size_t max_io_threads = 4;                 // execution.max_io_threads (0..32)
+  bool parallel_io = true;                   // execution.parallel_io
+  size_t min_io_threshold_size_kb = 8192;    // execution.min_io_threshold_size_kb
+  size_t max_request_parallelism = 4;        // execution.max_request_parallelism (0..8)
+  // properties.*
+  size_t max_direct_io_size_kb = 16384;      // properties.max_direct_io_size_kb (64..16384)
+  size_t max_device_cache_size_kb = 131072;  // properties.max_device_cache_size_kb
+  size_t per_buffer_cache_size_kb = 1024;    // properties.per_buffer_cache_size_kb
+  size_t max_device_pinned_mem_size_kb = 33554432;  // properties.max_device_pinned_mem_size_kb
+  size_t io_batchsize = 128;                 // properties.io_batchsize (1..256)
+  size_t batch_io_timeout_ms = 5;            // properties.max_batch_io_timeout_msecs
+  bool use_poll_mode = false;                // properties.use_poll_mode
+  size_t poll_mode_max_size_kb = 4;          // properties.poll_mode_max_size_kb
+  bool allow_compat_mode = true;             // properties.allow_compat_mode
+  bool force_compat_mode = false;            // properties.force_compat_mode
+  bool api_check_aggressive = false;         // miscellaneous.api_check_aggressive
+  bool allow_system_memory = true;           // properties.allow_system_memory
+  bool use_pci_p2pdma = false;               // properties.use_pci_p2pdma
+  bool prefer_io_uring = false;              // properties.prefer_iouring
+  bool force_odirect_mode = false;           // properties.force_odirect_mode
+  bool skip_topology_detection = false;      // miscellaneous.skip_topology_detection
+  bool stream_memops_bypass = false;         // miscellaneous.stream_memops_bypass
+  std::vector<size_t> posix_pool_slab_size_kb{4, 1024, 16384};   // properties.posix_pool_slab_size_kb
+  std::vector<size_t> posix_pool_slab_count{128, 64, 64};        // properties.posix_pool_slab_count
+
+  // ---- gpufile's own (GPUFILE_* environment variables, "gpufile" block in cufile.json) --------
+  EnginePolicy engine = EnginePolicy::automatic;       // GPUFILE_ENGINE: auto|io_uring|posix
+  DirectIoPolicy direct_io = DirectIoPolicy::automatic;  // GPUFILE_DIRECT_IO: auto|always|never
+  size_t workers = 0;              // GPUFILE_WORKERS: IO worker threads; 0 = max_io_threads (min 1)
+  size_t slab_size_kb = 4096;      // GPUFILE_SLAB_SIZE_KB: one pinned staging slab
+  size_t slabs_per_worker = 4;     // GPUFILE_SLABS_PER_WORKER: k in the staging ring
+  size_t ring_depth = 64;          // GPUFILE_RING_DEPTH: io_uring submission queue entries
+  size_t small_io_threshold_kb = 64;  // GPUFILE_SMALL_IO_KB: at or below, IO runs inline
+};
+
+}  // namespace gpufile

@@ -1,0 +1,144 @@
+// Per-process IO statistics. The data path calls record_*; the cuFile stats API
+// (src/capi/stats.cpp), `gpufile stats` and `gpufile check` read snapshot().
+//
+// Cost: with stats off (level 0, or stopped) every record_* call except record_path is one
+// relaxed atomic load. record_path (bytes and operations per data path) is always on, because
+// gpufile's own tools report which path carried the bytes even when cuFile stats are off.
+// All counters are relaxed atomics: a snapshot is not a consistent cut across counters, only
+// each counter on its own is exact.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+namespace gpufile::stats {
+
+enum class Op : int { read = 0, write, count };
+
+// The path a piece of a request took (docs/paths: DESIGN.md "The data path").
+enum class Path : int { staged_direct = 0, page_cache, host_direct, small_io, count };
+
+inline constexpr int kOps = static_cast<int>(Op::count);
+inline constexpr int kPaths = static_cast<int>(Path::count);
+inline constexpr int kHistogramBuckets = 32;  // as cuFile's read/write_size_kb_hist
+inline constexpr int kMaxLevel = 3;
+
+// ---- control -----------------------------------------------------------------------------------
+
+// Level 0 collects nothing (but per-path counters), 1 the counters of cuFile's L1, 2 adds the
+// size histograms, 3 the per-GPU view. Returns false (level unchanged) outside 0..3.
+bool set_level(int level);
+int level();
+
+// Collection runs while started (the initial state) and level > 0. Stop pauses it; counters
+// stay readable. cuFileStatsStart/Stop.
+void start();
+void stop();
+bool started();
+
+// True when counters of `min_level` are being collected now.
+bool collecting(int min_level = 1);
+
+// Zeroes every counter, per-path ones included (cuFileStatsReset).
+void reset();
+
+// ---- recording (the data path) -----------------------------------------------------------------
+
+// One cuFileRead/Write-like call. Bytes and latency count for successful calls only.
+void record_call(Op op, uint64_t bytes, uint64_t latency_ns, bool ok);
+// One piece of a request carried by `path` (a request split into chunks counts each chunk).
+void record_path(Op op, Path path, uint64_t bytes);
+
+void record_handle_register(bool ok);
+void record_handle_deregister(bool ok);
+void record_buffer_register(bool ok, uint64_t bytes);
+void record_buffer_deregister(bool ok);
+
+void record_batch_setup(bool ok);
+// One cuFileBatchIOSubmit of `entries` entries carrying these read and write bytes.
+void record_batch_submit(bool ok, uint64_t entries, uint64_t read_bytes, uint64_t write_bytes,
+                         uint64_t latency_ns);
+// One batch entry finished (latency from its submission).
+void record_batch_complete(Op op, uint64_t bytes, uint64_t latency_ns, bool ok);
+void record_batch_cancel(bool ok);
+void record_batch_destroy(bool ok);
+
+// ---- reading -----------------------------------------------------------------------------------
+
+struct Counter {
+  uint64_t ok = 0;
+  uint64_t err = 0;
+};
+
+struct OpTotals {
+  Counter calls;
+  uint64_t bytes = 0;
+  uint64_t latency_ns = 0;       // sum over successful calls
+  uint64_t first_start_ns = 0;   // steady clock; 0 = no call yet
+  uint64_t last_end_ns = 0;
+  uint64_t size_hist[kHistogramBuckets] = {};  // level >= 2; bucket = size_bucket(bytes)
+};
+
+struct PathTotals {
+  uint64_t bytes = 0;
+  uint64_t ops = 0;
+};
+
+struct BatchTotals {
+  Counter setup, submit, complete, cancel, destroy;
+  uint64_t entries_submitted = 0;
+  uint64_t bytes[kOps] = {};             // bytes of completed entries, by op
+  uint64_t submit_latency_ns = 0;        // sum over successful submits
+  uint64_t completion_latency_ns = 0;    // sum over successful completions
+  uint64_t last_submit_bytes[kOps] = {};  // the bytes of the last successful submit, by op
+  uint64_t first_submit_ns = 0;          // steady clock window of batch activity
+  uint64_t last_complete_ns = 0;
+};
+
+struct Snapshot {
+  int level = 0;
+  bool started = true;
+  OpTotals ops[kOps];
+  PathTotals paths[kOps][kPaths];
+  Counter handle_register, handle_deregister, buffer_register, buffer_deregister;
+  uint64_t registered_bytes = 0;  // bytes of successful buffer registrations
+  BatchTotals batch;
+};
+
+Snapshot snapshot();
+
+// ---- derived values (what cuFile's stats structs report) ---------------------------------------
+
+// Histogram bucket of a transfer: floor(log2(size in KiB)); sizes under 2 KiB land in bucket 0,
+// sizes of 2^31 KiB and more in bucket 31.
+int size_bucket(uint64_t bytes);
+
+// Rates over the active window of an operation: from the start of its first call to the end
+// of its last, so that concurrent calls count once. Zero when nothing was measured.
+struct Rates {
+  uint64_t bw_bytes_per_sec = 0;
+  uint64_t ops_per_sec = 0;
+  uint64_t lat_avg_us = 0;  // per successful call
+  uint64_t lat_sum_us = 0;
+};
+Rates rates(const OpTotals& op);
+
+struct BatchRates {
+  uint64_t bw_bytes_per_sec[kOps] = {};
+  uint64_t submit_lat_avg_us = 0;
+  uint64_t completion_lat_avg_us = 0;
+  uint64_t submit_ops_per_sec = 0;
+  uint64_t complete_ops_per_sec = 0;
+  uint64_t submit_lat_sum_us = 0;
+  uint64_t completion_lat_sum_us = 0;
+};
+BatchRates batch_rates(const BatchTotals& b);
+
+// Operations that went through the kernel's file IO (cuFile's per-GPU "posix" counters): the
+// staged-direct and page-cache pieces. gpufile has no nvidia-fs path, so nvfs/p2p stay 0.
+uint64_t posix_ops(const Snapshot& s, Op op);
+
+// Bytes per second for `bytes` moved in `window_ns`; 0 for an empty window.
+uint64_t per_second(uint64_t amount, uint64_t window_ns);
+
+}  // namespace gpufile::stats

@@ -1,0 +1,84 @@
+#include "cuda/driver.hpp"
+
+#include <dlfcn.h>
+
+#include <cstdlib>
+#include <mutex>
+
+namespace gpufile::cuda {
+namespace {
+
+struct Loaded {
+  Driver driver;
+  bool usable = false;
+  std::string why;
+};
+
+// Resolves every entry point of the table; on the first missing one, says which.
+bool bind_symbols(void* lib, Driver& d, std::string& why) {
+#define GPUFILE_CUDA_BIND(name, sym, ret, params)                                      \
+  d.name = reinterpret_cast<ret(*) params>(dlsym(lib, sym));                           \
+  if (d.name == nullptr) {                                                             \
+    why = std::string("the CUDA driver lacks ") + sym + " (driver too old?)";          \
+    return false;                                                                      \
+  }
+  GPUFILE_CUDA_DRIVER_FUNCTIONS(GPUFILE_CUDA_BIND)
+#undef GPUFILE_CUDA_BIND
+  return true;
+}
+
+Loaded load() {
+  Loaded out;
+  const char* path = std::getenv("GPUFILE_CUDA_LIBRARY");
+  if (path == nullptr || *path == '\0') path = "libcuda.so.1";
+  // Never dlclose: the driver must outlive every static destructor that might still call it
+  // (the exit-time crashes of other cuFile users come from exactly that).
+  void* lib = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+  if (lib == nullptr) {
+    const char* err = dlerror();
+    out.why = std::string("no CUDA driver: cannot load ") + path + (err ? std::string(" (") + err + ")" : "");
+    return out;
+  }
+  if (!bind_symbols(lib, out.driver, out.why)) return out;
+  Driver& d = out.driver;
+  if (CUresult r = d.Init(0); r != CUDA_SUCCESS) {
+    out.why = "cuInit failed: " + describe_with(d, r);
+    return out;
+  }
+  d.DriverGetVersion(&d.driver_version);
+  if (CUresult r = d.DeviceGetCount(&d.device_count); r != CUDA_SUCCESS || d.device_count == 0) {
+    out.why = "the CUDA driver reports no device";
+    return out;
+  }
+  out.usable = true;
+  return out;
+}
+
+const Loaded& loaded() {
+  // Leaked on purpose: see the dlclose note above.
+  static const Loaded* instance = new Loaded(load());
+  return *instance;
+}
+
+}  // namespace
+
+std::string describe_with(const Driver& d, CUresult r) {
+  const char* name = nullptr;
+  const char* text = nullptr;
+  if (d.GetErrorName != nullptr) d.GetErrorName(r, &name);
+  if (d.GetErrorString != nullptr) d.GetErrorString(r, &text);
+  std::string out = name ? name : ("CUresult " + std::to_string(r));
+  if (text) out += std::string(": ") + text;
+  return out;
+}
+
+const Driver* driver() {
+  const Loaded& l = loaded();
+  return l.usable ? &l.driver : nullptr;
+}
+
+const std::string& why_no_driver() { return loaded().why; }
+
+std::string describe(CUresult r) { return describe_with(loaded().driver, r); }
+
+}  // namespace gpufile::cuda

@@ -1,0 +1,52 @@
+// What kind of memory a pointer is, and pinned host memory for staging.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "core/error.hpp"
+#include "cuda/driver.hpp"
+
+namespace gpufile::cuda {
+
+enum class MemKind : int {
+  host_pageable,  // plain host memory (or anything CUDA does not know)
+  host_pinned,    // cuMemHostAlloc / cuMemHostRegister memory
+  device,         // cuMemAlloc memory: the CPU cannot touch it
+  managed,        // cuMemAllocManaged memory: reached through CUDA copies like device memory
+};
+
+struct MemInfo {
+  MemKind kind = MemKind::host_pageable;
+  CUcontext context = nullptr;  // owning context of device/managed memory
+  int device = -1;
+  uint64_t range_start = 0;     // the CUDA allocation holding the pointer (0 if unknown)
+  uint64_t range_size = 0;
+
+  bool needs_staging() const { return kind == MemKind::device || kind == MemKind::managed; }
+};
+
+// Classifies `ptr` with the driver's pointer attributes. Without a driver everything is host
+// memory. Errors: memory_type_invalid for CUDA array memory, cuda for a driver failure.
+Error classify(const void* ptr, MemInfo* out);
+
+// Page-aligned host memory, pinned by the CUDA driver when there is one (so async copies are
+// real DMA), else plain page-aligned memory. Freed by free_pinned().
+Error alloc_pinned(size_t bytes, void** out);
+void free_pinned(void* p, size_t bytes);
+
+// Makes `ctx` current on this thread if it is not already; restores the previous context on
+// destruction. A null ctx is a no-op.
+class ScopedContext {
+ public:
+  explicit ScopedContext(CUcontext ctx);
+  ~ScopedContext();
+  ScopedContext(const ScopedContext&) = delete;
+  ScopedContext& operator=(const ScopedContext&) = delete;
+
+ private:
+  CUcontext previous_ = nullptr;
+  bool switched_ = false;
+};
+
+}  // namespace gpufile::cuda

@@ -1,0 +1,143 @@
+#include "exec/job.hpp"
+
+#include <algorithm>
+#include <cerrno>
+
+#include "core/align.hpp"
+
+namespace gpufile::exec {
+
+void Job::chunk_done(uint64_t off, uint64_t chunk_len, uint64_t got, Error err) {
+  if (err) {
+    std::lock_guard lock(error_mu_);
+    if (error_.ok()) error_ = err;
+  } else if (got < chunk_len) {
+    // A short chunk marks end of file: nothing at or after off+got counts.
+    uint64_t at = off + got;
+    uint64_t cur = eof_at_.load(std::memory_order_relaxed);
+    while (at < cur && !eof_at_.compare_exchange_weak(cur, at, std::memory_order_relaxed)) {
+    }
+  }
+  if (pending_.fetch_sub(1, std::memory_order_acq_rel) == 1) finish();
+}
+
+void Job::finish() {
+  if (on_complete) {
+    // The callback owns what follows and may destroy this job (batch completions do): touch
+    // nothing of *this after it.
+    Callback cb = std::move(on_complete);
+    cb(*this);
+    return;
+  }
+  done_.store(1, std::memory_order_release);
+  done_.notify_all();
+}
+
+void Job::wait() const {
+  while (done_.load(std::memory_order_acquire) == 0) done_.wait(0, std::memory_order_acquire);
+}
+
+IoResult Job::result() const {
+  IoResult r;
+  {
+    std::lock_guard lock(const_cast<std::mutex&>(error_mu_));
+    r.error = error_;
+  }
+  if (r.error.ok() && canceled()) r.error = Error::of(Errc::canceled);
+  if (!r.error.ok()) return r;
+  uint64_t eof = eof_at_.load(std::memory_order_relaxed);
+  r.bytes = eof >= end() ? len : (eof > file_off ? eof - file_off : 0);
+  return r;
+}
+
+namespace {
+
+char* caller_memory(const Job& job, uint64_t off) {
+  return reinterpret_cast<char*>(job.addr + (off - job.file_off));
+}
+
+void add(ChunkPlan& p, int fd, bool direct, uint64_t off, uint64_t len, char* mem) {
+  if (len == 0) return;
+  p.seg[p.count++] = Segment{fd, direct, off, len, mem, 0, 0};
+}
+
+// Head and tail go through the page cache; the aligned body through O_DIRECT.
+void plan_split(const Job& job, ChunkPlan& p, uint64_t off, uint64_t end, char* mem_at_off,
+                bool body_direct) {
+  const FileRef& f = job.file;
+  if (!body_direct) {
+    add(p, f.fd_buffered, false, off, end - off, mem_at_off);
+    return;
+  }
+  AlignedSplit s = split_aligned(off, end, f.align.offset);
+  add(p, f.fd_buffered, false, off, s.head_end - off, mem_at_off);
+  add(p, f.fd_direct, true, s.head_end, s.body_end - s.head_end, mem_at_off + (s.head_end - off));
+  add(p, f.fd_buffered, false, s.body_end, end - s.body_end, mem_at_off + (s.body_end - off));
+}
+
+}  // namespace
+
+ChunkPlan plan_chunk(const Job& job, uint64_t off, uint64_t len, char* staging) {
+  ChunkPlan p;
+  const uint64_t end = off + len;
+  const uint64_t a = job.file.align.offset;
+  const bool direct = job.direct && job.file.fd_direct >= 0;
+  if (job.staged()) {
+    p.base = direct ? align_down(off, a) : off;
+    if (job.kind == sys::IoKind::read && direct) {
+      // Read whole blocks into the slab and copy out only the part asked for: no buffered IO.
+      add(p, job.file.fd_direct, true, p.base, align_up(end, a) - p.base, staging);
+    } else {
+      plan_split(job, p, off, end, staging + (off - p.base), direct);
+    }
+    return p;
+  }
+  // Host memory: IO straight into the caller's buffer; O_DIRECT only where its address allows.
+  p.base = off;
+  char* mem = caller_memory(job, off);
+  uint64_t body = align_up(off, a);
+  bool mem_ok = is_aligned(reinterpret_cast<uint64_t>(mem) + (body - off), job.file.align.mem);
+  plan_split(job, p, off, end, mem, direct && mem_ok);
+  return p;
+}
+
+SegmentNext apply_result(const Job& job, Segment& seg, int res, Error* err) {
+  constexpr int kMaxRetries = 64;
+  const bool read = job.kind == sys::IoKind::read;
+  auto to_page_cache = [&] {
+    seg.fd = job.file.fd_buffered;
+    seg.direct = false;
+  };
+  if (res > 0) {
+    seg.done += static_cast<uint64_t>(res);
+    if (seg.done == seg.len) return SegmentNext::finished;
+    if (seg.direct && !is_aligned(seg.file_off + seg.done, job.file.align.offset)) to_page_cache();
+    return SegmentNext::again;
+  }
+  if (res == 0) {
+    if (read) return SegmentNext::finished;  // end of file
+    *err = Error::sys(EIO);                  // a write that moves nothing cannot progress
+    return SegmentNext::failed;
+  }
+  if ((res == -EAGAIN || res == -EINTR) && ++seg.retries <= kMaxRetries) return SegmentNext::again;
+  if (res == -EINVAL && seg.direct) {
+    // The file took O_DIRECT at open but refuses this IO: go on through the page cache.
+    to_page_cache();
+    return SegmentNext::again;
+  }
+  *err = Error::sys(-res);
+  return SegmentNext::failed;
+}
+
+uint64_t contiguous_bytes(const ChunkPlan& plan, uint64_t off, uint64_t len) {
+  for (int i = 0; i < plan.count; ++i) {
+    const Segment& s = plan.seg[i];
+    if (s.done < s.len) {
+      uint64_t have_end = s.file_off + s.done;
+      return have_end <= off ? 0 : std::min(len, have_end - off);
+    }
+  }
+  return len;
+}
+
+}  // namespace gpufile::exec

@@ -1,0 +1,579 @@
+#include "exec/runtime.hpp"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <climits>
+#include <map>
+#include <unordered_map>
+
+#include "core/align.hpp"
+#include "core/config.hpp"
+#include "core/log.hpp"
+#include "core/stats.hpp"
+#include "cuda/driver.hpp"
+#include "cuda/memory.hpp"
+#include "exec/driver_state.hpp"
+#include "exec/executor.hpp"
+
+namespace gpufile {
+
+// ---- registered files ----------------------------------------------------------------------------
+
+struct FileHandle {
+  int user_fd = -1;
+  dev_t dev = 0;
+  ino_t ino = 0;
+  int access = O_RDONLY;  // O_RDONLY / O_WRONLY / O_RDWR
+  bool user_direct = false;
+  int own_buffered = -1;  // fds gpufile opened itself and closes
+  int own_direct = -1;
+  exec::FileRef ref;
+  std::atomic<int> inflight{0};
+
+  ~FileHandle() {
+    if (own_buffered >= 0) sys::os().close(own_buffered);
+    if (own_direct >= 0) sys::os().close(own_direct);
+  }
+};
+
+struct BufferRegistration {
+  uint64_t base = 0;
+  uint64_t length = 0;
+  std::atomic<int> inflight{0};
+};
+
+namespace {
+
+// Waits until `counter` drops to zero.
+void wait_for_zero(const std::atomic<int>& counter) {
+  for (int v = counter.load(std::memory_order_acquire); v != 0;
+       v = counter.load(std::memory_order_acquire))
+    counter.wait(v, std::memory_order_acquire);
+}
+
+void drop(std::atomic<int>& counter) {
+  if (counter.fetch_sub(1, std::memory_order_acq_rel) == 1) counter.notify_all();
+}
+
+// Pinned buffers for small IO run inline on the caller's thread.
+class SmallPool {
+ public:
+  ~SmallPool() {
+    for (char* b : free_) cuda::free_pinned(b, bytes_);
+  }
+  void init(uint64_t bytes, unsigned count) {
+    bytes_ = bytes;
+    for (unsigned i = 0; i < count; ++i) {
+      void* p = nullptr;
+      if (cuda::alloc_pinned(bytes, &p)) break;
+      free_.push_back(static_cast<char*>(p));
+    }
+  }
+  uint64_t bytes() const { return bytes_; }
+  char* take() {
+    std::lock_guard lock(mu_);
+    if (free_.empty()) return nullptr;
+    char* b = free_.back();
+    free_.pop_back();
+    return b;
+  }
+  void give(char* b) {
+    std::lock_guard lock(mu_);
+    free_.push_back(b);
+  }
+
+ private:
+  std::mutex mu_;
+  std::vector<char*> free_;
+  uint64_t bytes_ = 0;
+};
+
+// The largest DIO alignment the staging grid supports; files demanding more use the page cache.
+constexpr uint32_t kMaxDioAlign = 4096;
+
+}  // namespace
+
+// ---- the session ----------------------------------------------------------------------------------
+
+struct Session {
+  Settings settings;
+  std::unique_ptr<exec::Executor> exec;
+  SmallPool small;
+  bool gpu = false;
+  std::atomic<int> inflight{0};
+
+  std::mutex files_mu;
+  std::unordered_map<uintptr_t, std::shared_ptr<FileHandle>> files;  // by handle token
+  uintptr_t next_token = 0x1000;
+
+  std::mutex buffers_mu;
+  std::map<uint64_t, std::shared_ptr<BufferRegistration>> buffers;  // by base address
+
+  ~Session() { exec.reset(); }  // workers stop before the pools they use go away
+};
+
+Io::~Io() {
+  if (file_) drop(file_->inflight);
+  if (buffer_) drop(buffer_->inflight);
+  file_.reset();
+  buffer_.reset();
+  if (session_) drop(session_->inflight);
+}
+
+namespace {
+
+exec::ExecutorConfig executor_config(const Settings& s) {
+  exec::ExecutorConfig c;
+  size_t threads = s.workers ? s.workers : s.max_io_threads;
+  c.workers = static_cast<unsigned>(std::max<size_t>(1, threads));
+  c.slabs_per_worker = static_cast<unsigned>(std::max<size_t>(2, s.slabs_per_worker));
+  c.slab_bytes = std::max<uint64_t>(kMaxDioAlign, align_up(s.slab_size_kb * 1024, kMaxDioAlign));
+  c.ring_depth = static_cast<unsigned>(std::max<size_t>(8, s.ring_depth));
+  c.engine = s.engine;
+  return c;
+}
+
+Error start_session(Session& s) {
+  s.gpu = cuda::driver() != nullptr;
+  if (!s.gpu)
+    GPUFILE_LOG(LogLevel::info, "no GPU: host memory only (%s)", cuda::why_no_driver().c_str());
+  if (const cuda::Driver* d = s.gpu ? cuda::driver() : nullptr) {
+    // Pinned allocations need a current context: use device 0's primary context unless the
+    // caller already made one current.
+    cuda::CUcontext ctx = nullptr;
+    d->CtxGetCurrent(&ctx);
+    if (ctx == nullptr) {
+      cuda::CUdevice dev = 0;
+      d->DeviceGet(&dev, 0);
+      if (d->DevicePrimaryCtxRetain(&ctx, dev) == cuda::CUDA_SUCCESS) d->CtxSetCurrent(ctx);
+    }
+  }
+  s.exec = std::make_unique<exec::Executor>(executor_config(s.settings));
+  if (Error e = s.exec->start()) return e;
+  if (!s.exec->engine_note().empty() && s.settings.engine == EnginePolicy::automatic)
+    GPUFILE_LOG(LogLevel::warn, "%s", s.exec->engine_note().c_str());
+  s.small.init(s.settings.small_io_threshold_kb * 1024 + 2 * kMaxDioAlign, 16);
+  return Error::none();
+}
+
+// Opens the file again through /proc, for the access the caller's fd does not give us.
+int reopen(int fd, int flags) {
+  char path[64];
+  snprintf(path, sizeof path, "/proc/self/fd/%d", fd);
+  return sys::os().open(path, flags, 0);
+}
+
+Error fill_file_ref(FileHandle& h, DirectIoPolicy policy) {
+  exec::FileRef& r = h.ref;
+  r.fd_buffered = h.user_fd;
+  if (h.user_direct) {
+    int fd = reopen(h.user_fd, h.access);
+    if (fd >= 0) r.fd_buffered = h.own_buffered = fd;
+    r.fd_direct = h.user_fd;
+  } else if (policy != DirectIoPolicy::never) {
+    int fd = reopen(h.user_fd, h.access | O_DIRECT);
+    if (fd >= 0) r.fd_direct = h.own_direct = fd;
+  }
+  if (r.fd_direct >= 0) {
+    sys::DioAlign a;
+    int rc = sys::os().dio_align(r.fd_direct, &a);
+    if (rc == 0) r.align = a;
+    // Alignments the staging grid cannot honour (or none at all) mean: no O_DIRECT here.
+    if (!is_pow2(r.align.offset) || r.align.offset > kMaxDioAlign || !is_pow2(r.align.mem) ||
+        r.align.mem > kMaxDioAlign)
+      r.fd_direct = -1;
+  }
+  return Error::none();
+}
+
+Error check_fd(int fd, struct stat* st, int* flags) {
+  if (fd < 0) return Error::of(Errc::invalid_argument);
+  if (sys::os().fstat(fd, st) < 0) return Error::of(Errc::invalid_argument);
+  if (S_ISDIR(st->st_mode)) return Error::of(Errc::invalid_file_type);
+  if (!S_ISREG(st->st_mode) && !S_ISBLK(st->st_mode)) return Error::of(Errc::invalid_file_type);
+  *flags = sys::os().get_flags(fd);
+  if (*flags < 0) return Error::of(Errc::invalid_argument);
+  // cuFile refuses these; O_PATH fds cannot do IO at all.
+  if (*flags & (O_APPEND | O_NONBLOCK | O_NOFOLLOW | O_PATH))
+    return Error::of(Errc::invalid_open_flag);
+  return Error::none();
+}
+
+// Whether the aligned body of this IO should bypass the page cache.
+bool choose_direct(const Settings& s, const FileHandle& h, sys::IoKind kind, uint64_t off,
+                   uint64_t len) {
+  if (h.ref.fd_direct < 0) return false;
+  switch (s.direct_io) {
+    case DirectIoPolicy::never: return false;
+    case DirectIoPolicy::always: return true;
+    case DirectIoPolicy::automatic: break;
+  }
+  if (s.force_odirect_mode) return true;
+  // Data already in the page cache is served from there: O_DIRECT would read the disk again.
+  sys::Residency r;
+  if (kind == sys::IoKind::read && sys::os().cachestat(h.ref.fd_buffered, off, len, &r) == 0)
+    return r.cached_pages * 2 < r.total_pages;
+  // Writes, or a kernel without cachestat: follow the way the caller opened the file.
+  return h.user_direct || kind == sys::IoKind::write;
+}
+
+}  // namespace
+
+// ---- Runtime: session lifetime ---------------------------------------------------------------------
+
+Runtime& Runtime::instance() {
+  // Never destroyed: static destructors may still call in, and the CUDA driver may already be
+  // gone at exit (the crashes other cuFile users hit there).
+  static Runtime* r = new Runtime();
+  return *r;
+}
+
+Error Runtime::open_locked() {
+  if (session_) return Error::none();
+  auto s = std::make_shared<Session>();
+  s->settings = config::resolve_for_open();
+  if (Error e = start_session(*s)) {
+    GPUFILE_LOG(LogLevel::error, "driver open failed: %s", describe(e).c_str());
+    return e;
+  }
+  session_ = std::move(s);
+  return Error::none();
+}
+
+Error Runtime::open() {
+  std::lock_guard lock(mu_);
+  if (Error e = open_locked()) return e;
+  ++use_count_;
+  return Error::none();
+}
+
+Error Runtime::ensure_open() {
+  std::lock_guard lock(mu_);
+  if (session_) return Error::none();
+  if (Error e = open_locked()) return e;
+  ++use_count_;
+  return Error::none();
+}
+
+Error Runtime::close() {
+  std::shared_ptr<Session> closing;
+  {
+    std::lock_guard lock(mu_);
+    if (!session_) return Error::of(Errc::driver_not_open);
+    if (--use_count_ > 0) return Error::none();
+    closing = std::move(session_);
+  }
+  // IO already admitted finishes first; its handles and buffers go with the session, which is
+  // destroyed here, on the closing thread (see Io::session_).
+  wait_for_zero(closing->inflight);
+  closing.reset();
+  return Error::none();
+}
+
+long Runtime::use_count() const {
+  std::lock_guard lock(mu_);
+  return use_count_;
+}
+
+bool Runtime::is_open() const { return session() != nullptr; }
+
+std::shared_ptr<Session> Runtime::session() const {
+  std::lock_guard lock(mu_);
+  return session_;
+}
+
+Settings Runtime::settings() const {
+  auto s = session();
+  return s ? s->settings : Settings{};
+}
+
+bool Runtime::update_settings(const std::function<void(Settings&)>& fn) {
+  std::lock_guard lock(mu_);
+  if (!session_) return false;
+  fn(session_->settings);
+  return true;
+}
+
+std::string Runtime::engine_name() const {
+  auto s = session();
+  return s ? s->exec->engine_name() : std::string();
+}
+
+std::string Runtime::engine_note() const {
+  auto s = session();
+  return s ? s->exec->engine_note() : std::string();
+}
+
+bool Runtime::has_gpu() const {
+  auto s = session();
+  return s ? s->gpu : cuda::driver() != nullptr;
+}
+
+bool driver_is_open() { return Runtime::instance().is_open(); }
+
+bool with_open_settings(const std::function<void(Settings&)>& fn) {
+  return Runtime::instance().update_settings(fn);
+}
+
+// ---- files ---------------------------------------------------------------------------------------
+
+Error Runtime::register_file(int fd, void** handle) {
+  if (handle == nullptr) return Error::of(Errc::invalid_argument);
+  if (Error e = ensure_open()) return e;
+  auto s = session();
+  if (!s) return Error::of(Errc::driver_not_open);
+  struct stat st {};
+  int flags = 0;
+  if (Error e = check_fd(fd, &st, &flags)) return e;
+  auto h = std::make_shared<FileHandle>();
+  h->user_fd = fd;
+  h->dev = st.st_dev;
+  h->ino = st.st_ino;
+  h->access = flags & O_ACCMODE;
+  h->user_direct = (flags & O_DIRECT) != 0;
+  std::lock_guard lock(s->files_mu);
+  for (auto& [token, other] : s->files)
+    if (other->user_fd == fd) return Error::of(Errc::handle_already_registered);
+  if (Error e = fill_file_ref(*h, s->settings.direct_io)) return e;
+  uintptr_t token = s->next_token;
+  s->next_token += 0x10;
+  s->files.emplace(token, std::move(h));
+  *handle = reinterpret_cast<void*>(token);
+  return Error::none();
+}
+
+Error Runtime::deregister_file(void* handle) {
+  auto s = session();
+  if (!s) return Error::of(Errc::driver_not_open);
+  std::shared_ptr<FileHandle> h;
+  {
+    std::lock_guard lock(s->files_mu);
+    auto it = s->files.find(reinterpret_cast<uintptr_t>(handle));
+    if (it == s->files.end()) return Error::of(Errc::handle_not_registered);
+    h = std::move(it->second);
+    s->files.erase(it);
+  }
+  // The caller may close the fd as soon as we return: no IO may still be using it.
+  wait_for_zero(h->inflight);
+  return Error::none();
+}
+
+Error Runtime::explain_file(void* handle, FileReport* out) {
+  auto s = session();
+  if (!s) return Error::of(Errc::driver_not_open);
+  std::shared_ptr<FileHandle> h;
+  {
+    std::lock_guard lock(s->files_mu);
+    auto it = s->files.find(reinterpret_cast<uintptr_t>(handle));
+    if (it == s->files.end()) return Error::of(Errc::handle_not_registered);
+    h = it->second;
+  }
+  struct stat st {};
+  sys::os().fstat(h->user_fd, &st);
+  out->size = static_cast<uint64_t>(st.st_size);
+  out->direct_capable = h->ref.fd_direct >= 0;
+  out->align = h->ref.align;
+  out->cachestat_ok = sys::os().cachestat(h->ref.fd_buffered, 0, out->size, &out->resident) == 0;
+  out->read_direct = choose_direct(s->settings, *h, sys::IoKind::read, 0, out->size);
+  return Error::none();
+}
+
+// ---- buffers -------------------------------------------------------------------------------------
+
+Error Runtime::register_buffer(const void* base, size_t length) {
+  if (base == nullptr || length == 0) return Error::of(Errc::invalid_argument);
+  if (Error e = ensure_open()) return e;
+  auto s = session();
+  if (!s) return Error::of(Errc::driver_not_open);
+  cuda::MemInfo mem;
+  if (Error e = cuda::classify(base, &mem)) return e;
+  const uint64_t b = reinterpret_cast<uint64_t>(base);
+  if (mem.range_size != 0 && b + length > mem.range_start + mem.range_size)
+    return Error::of(Errc::pointer_range);
+  auto reg = std::make_shared<BufferRegistration>();
+  reg->base = b;
+  reg->length = length;
+  std::lock_guard lock(s->buffers_mu);
+  if (!s->buffers.emplace(b, std::move(reg)).second)
+    return Error::of(Errc::buffer_already_registered);
+  return Error::none();
+}
+
+Error Runtime::deregister_buffer(const void* base) {
+  auto s = session();
+  if (!s) return Error::of(Errc::driver_not_open);
+  std::shared_ptr<BufferRegistration> reg;
+  {
+    std::lock_guard lock(s->buffers_mu);
+    auto it = s->buffers.find(reinterpret_cast<uint64_t>(base));
+    if (it == s->buffers.end()) return Error::of(Errc::buffer_not_registered);
+    reg = std::move(it->second);
+    s->buffers.erase(it);
+  }
+  wait_for_zero(reg->inflight);
+  return Error::none();
+}
+
+// ---- IO ------------------------------------------------------------------------------------------
+
+Error Runtime::prepare(sys::IoKind kind, void* handle, const void* base, uint64_t size,
+                       int64_t file_offset, int64_t buffer_offset, std::unique_ptr<Io>* out,
+                       const cuda::MemInfo* base_mem) {
+  // With base_mem the caller may be a thread that must not call CUDA: never open implicitly.
+  if (base_mem == nullptr)
+    if (Error e = ensure_open()) return e;
+  auto io = std::make_unique<Io>();
+  std::shared_ptr<Session> s;
+  {
+    std::lock_guard lock(mu_);
+    if (!session_) return Error::of(Errc::driver_not_open);
+    s = session_;
+    s->inflight.fetch_add(1, std::memory_order_relaxed);
+    io->session_ = s.get();  // ~Io gives the count back
+  }
+  if (handle == nullptr) return Error::sys(EINVAL);
+  {
+    std::lock_guard lock(s->files_mu);
+    auto it = s->files.find(reinterpret_cast<uintptr_t>(handle));
+    if (it == s->files.end()) return Error::of(Errc::handle_not_registered);
+    io->file_ = it->second;
+    io->file_->inflight.fetch_add(1, std::memory_order_relaxed);
+  }
+  const FileHandle& f = *io->file_;
+  if (file_offset < 0 || base == nullptr || size > static_cast<uint64_t>(SSIZE_MAX) ||
+      size > static_cast<uint64_t>(INT64_MAX - file_offset))
+    return Error::of(Errc::invalid_argument);
+  if (kind == sys::IoKind::read && f.access == O_WRONLY) return Error::of(Errc::invalid_open_flag);
+  if (kind == sys::IoKind::write && f.access == O_RDONLY) return Error::sys(EIO);
+  // The fd must still be the file that was registered (closed, or reused for another file?).
+  struct stat st {};
+  if (sys::os().fstat(f.user_fd, &st) < 0 || st.st_dev != f.dev || st.st_ino != f.ino)
+    return Error::sys(EBADF);
+
+  const uint64_t b = reinterpret_cast<uint64_t>(base);
+  {
+    std::lock_guard lock(s->buffers_mu);
+    auto it = s->buffers.find(b);
+    if (it != s->buffers.end()) {
+      const BufferRegistration& r = *it->second;
+      if (buffer_offset >= 0 && static_cast<uint64_t>(buffer_offset) + size > r.length)
+        return Error::of(Errc::mapping_range);
+      io->buffer_ = it->second;
+      io->buffer_->inflight.fetch_add(1, std::memory_order_relaxed);
+    }
+  }
+  exec::Job& job = io->job;
+  job.kind = kind;
+  job.file = f.ref;
+  job.addr = b + static_cast<uint64_t>(buffer_offset);
+  job.file_off = static_cast<uint64_t>(file_offset);
+  job.len = size;
+  if (base_mem != nullptr) job.mem = *base_mem;
+  else if (Error e = cuda::classify(reinterpret_cast<void*>(job.addr), &job.mem)) return e;
+  if (job.mem.range_size != 0 && (job.addr < job.mem.range_start ||
+                                  job.addr + size > job.mem.range_start + job.mem.range_size))
+    return Error::of(Errc::pointer_range);
+  if (job.mem.kind == cuda::MemKind::host_pageable && !s->settings.allow_system_memory)
+    return Error::of(Errc::memory_type_invalid);
+  job.direct = choose_direct(s->settings, f, kind, job.file_off, size);
+  io->inline_ = size <= s->settings.small_io_threshold_kb * 1024;
+  *out = std::move(io);
+  return Error::none();
+}
+
+namespace {
+
+// Small IO on the caller's thread: one kernel IO per segment and a synchronous copy.
+// Returns false when no small staging buffer was free (the caller then uses the executor).
+bool run_inline(Session& s, exec::Job& job, IoResult* out) {
+  char* staging = nullptr;
+  if (job.staged() && (staging = s.small.take()) == nullptr) return false;
+  exec::ChunkPlan plan = exec::plan_chunk(job, job.file_off, job.len, staging);
+  const bool read = job.kind == sys::IoKind::read;
+  const cuda::Driver* d = cuda::driver();
+  cuda::ScopedContext ctx(job.staged() ? job.mem.context : nullptr);
+  char* slab_data = staging ? staging + (job.file_off - plan.base) : nullptr;
+  Error err;
+  if (job.staged() && !read) {
+    if (cuda::CUresult r = d->MemcpyDtoH(slab_data, job.addr, job.len); r != cuda::CUDA_SUCCESS)
+      err = Error::cu(r);
+  }
+  for (int k = 0; k < plan.count && err.ok(); ++k) {
+    exec::Segment& seg = plan.seg[k];
+    exec::SegmentNext next = exec::SegmentNext::again;
+    while (next == exec::SegmentNext::again) {
+      uint64_t n = seg.len - seg.done, at = seg.file_off + seg.done;
+      ssize_t r = read ? sys::os().pread(seg.fd, seg.mem + seg.done, n, at)
+                       : sys::os().pwrite(seg.fd, seg.mem + seg.done, n, at);
+      next = exec::apply_result(job, seg, static_cast<int>(r), &err);
+    }
+  }
+  uint64_t got = err ? 0 : exec::contiguous_bytes(plan, job.file_off, job.len);
+  if (err.ok() && !read && got < job.len) err = Error::sys(EIO);
+  if (err.ok() && job.staged() && read && got > 0) {
+    if (cuda::CUresult r = d->MemcpyHtoD(job.addr, slab_data, got); r != cuda::CUDA_SUCCESS)
+      err = Error::cu(r);
+  }
+  if (staging) s.small.give(staging);
+  *out = err ? IoResult{0, err} : IoResult{got, Error::none()};
+  return true;
+}
+
+}  // namespace
+
+namespace {
+
+stats::Path path_of(const Io& io, bool ran_inline) {
+  const exec::Job& j = io.job;
+  if (ran_inline) return stats::Path::small_io;
+  const bool direct = j.direct && j.file.fd_direct >= 0;
+  if (!direct) return stats::Path::page_cache;
+  return j.staged() ? stats::Path::staged_direct : stats::Path::host_direct;
+}
+
+void record(const Io& io, const IoResult& r, bool ran_inline) {
+  if (!r.ok() || r.bytes == 0) return;
+  auto op = io.job.kind == sys::IoKind::read ? stats::Op::read : stats::Op::write;
+  stats::record_path(op, path_of(io, ran_inline), r.bytes);
+}
+
+}  // namespace
+
+void Runtime::account(const Io& io, const IoResult& r) { record(io, r, false); }
+
+const char* Runtime::route_name(const Io& io) {
+  switch (path_of(io, io.inline_)) {
+    case stats::Path::staged_direct: return "staged direct (O_DIRECT into pinned slabs, async copy to the GPU)";
+    case stats::Path::page_cache: return io.job.staged() ? "page cache (buffered reads into pinned slabs, async copy to the GPU)" : "page cache (buffered IO straight into host memory)";
+    case stats::Path::host_direct: return "host direct (O_DIRECT straight into host memory)";
+    case stats::Path::small_io: return "small IO (one synchronous read and copy on the caller's thread)";
+    case stats::Path::count: break;
+  }
+  return "unknown";
+}
+
+IoResult Runtime::run(Io& io, bool allow_inline) {
+  if (io.job.len == 0) return {};
+  IoResult r;
+  if (allow_inline && io.inline_ && run_inline(*io.session_, io.job, &r)) {
+    record(io, r, true);
+    return r;
+  }
+  io.session_->exec->submit(&io.job);
+  io.job.wait();
+  r = io.job.result();
+  record(io, r, false);
+  return r;
+}
+
+void Runtime::submit(Io& io) { io.session_->exec->submit(&io.job); }
+
+IoResult Runtime::read_write(sys::IoKind kind, void* handle, const void* base, uint64_t size,
+                             int64_t file_offset, int64_t buffer_offset) {
+  std::unique_ptr<Io> io;
+  if (Error e = prepare(kind, handle, base, size, file_offset, buffer_offset, &io)) return {0, e};
+  return run(*io);
+}
+
+}  // namespace gpufile

@@ -1,0 +1,122 @@
+// The runtime behind every API: the driver session (settings, executor, staging pools), the
+// registered files and buffers, and the validation and routing of each IO.
+//
+// Nothing here knows cuFile's types: src/capi/ maps these calls and their Error codes onto the
+// cuFile ABI, and the C++ API uses them directly.
+#pragma once
+
+#include <sys/types.h>
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "core/error.hpp"
+#include "core/settings.hpp"
+#include "exec/job.hpp"
+
+namespace gpufile {
+
+struct Session;
+struct FileHandle;
+struct BufferRegistration;
+
+// One validated IO. Holds the session, the file handle and the buffer registration it uses, so
+// none of them can go away (deregister and close wait) until the Io is destroyed. An Io may be
+// destroyed on any thread, an IO worker's included (batch completions do that).
+class Io {
+ public:
+  ~Io();
+  exec::Job job;
+
+ private:
+  friend class Runtime;
+  // Counted in Session::inflight, not owned: the session is destroyed by Runtime::close() on
+  // the closing thread, never by the last Io (which may run on a worker that close must join).
+  Session* session_ = nullptr;
+  std::shared_ptr<FileHandle> file_;
+  std::shared_ptr<BufferRegistration> buffer_;
+  bool inline_ = false;
+};
+
+class Runtime {
+ public:
+  static Runtime& instance();
+
+  // ---- driver session ----
+  // Explicit open: opens the session if needed; counts one use.
+  Error open();
+  // The implicit open of the first handle/buffer register or IO: opens once, counting one use.
+  Error ensure_open();
+  // Counts one use off; the last one closes the session: waits for IO in flight, then drops
+  // every registered handle and buffer and frees all staging memory.
+  Error close();
+  long use_count() const;
+  bool is_open() const;
+  // Settings of the open session (defaults when closed).
+  Settings settings() const;
+  // Runs fn on the open session's settings; false when closed.
+  bool update_settings(const std::function<void(Settings&)>& fn);
+  // The IO engine the workers use, and why it is not io_uring (empty if it is).
+  std::string engine_name() const;
+  std::string engine_note() const;
+  bool has_gpu() const;
+
+  // ---- files ----
+  // Registers an open fd. The handle is an opaque non-null token.
+  Error register_file(int fd, void** handle);
+  // Forgets the handle once IO in flight on it has finished.
+  Error deregister_file(void* handle);
+
+  // What the planner knows of a registered file and would do with a read of all of it.
+  struct FileReport {
+    bool direct_capable = false;  // O_DIRECT works on this file
+    sys::DioAlign align;
+    uint64_t size = 0;
+    sys::Residency resident;      // page cache residency of the whole file
+    bool cachestat_ok = false;
+    bool read_direct = false;     // a large read would bypass the page cache
+  };
+  Error explain_file(void* handle, FileReport* out);
+
+  // ---- buffers ----
+  Error register_buffer(const void* base, size_t length);
+  Error deregister_buffer(const void* base);
+
+  // ---- IO ----
+  // Validates an IO of `size` bytes between the file at `file_offset` and memory at
+  // base + buffer_offset, and plans its route. The Io then runs with run() or submit().
+  // `base_mem`, when given, is what cuda::classify(base) said earlier: prepare then makes no
+  // CUDA call at all (stream callbacks must not).
+  Error prepare(sys::IoKind kind, void* handle, const void* base, uint64_t size,
+                int64_t file_offset, int64_t buffer_offset, std::unique_ptr<Io>* out,
+                const cuda::MemInfo* base_mem = nullptr);
+  // Runs the Io to completion on this thread's behalf. Small IO runs on this thread unless
+  // `allow_inline` is false (threads that must not call CUDA: stream callbacks).
+  IoResult run(Io& io, bool allow_inline = true);
+  // Starts the Io; io.job.on_complete (set by the caller) fires when it is done. Never runs
+  // inline: safe from threads that must not call CUDA (stream callbacks).
+  void submit(Io& io);
+
+  // Counts the bytes of a finished Io under the path they took (stats::record_path).
+  // run() does this itself; submit()'s callers do it in their completion.
+  static void account(const Io& io, const IoResult& r);
+  // The route an Io takes, in words, for logs and `gpufile check`.
+  static const char* route_name(const Io& io);
+
+  // Shorthand: prepare + run.
+  IoResult read_write(sys::IoKind kind, void* handle, const void* base, uint64_t size,
+                      int64_t file_offset, int64_t buffer_offset);
+
+ private:
+  Runtime() = default;
+  std::shared_ptr<Session> session() const;
+  Error open_locked();
+
+  mutable std::mutex mu_;
+  std::shared_ptr<Session> session_;
+  long use_count_ = 0;
+};
+
+}  // namespace gpufile

@@ -1,0 +1,91 @@
+#include "sys/os.hpp"
+
+#include <fcntl.h>
+#include <liburing.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cerrno>
+
+namespace gpufile::sys {
+namespace {
+
+int neg_errno_or(int r) { return r < 0 ? -errno : r; }
+
+// Retries a call interrupted by a signal; EINTR never reaches callers.
+template <typename F>
+auto restart_on_eintr(F&& f) {
+  for (;;) {
+    auto r = f();
+    if (r >= 0 || errno != EINTR) return r;
+  }
+}
+
+Os real_os;
+std::atomic<Os*> current{&real_os};
+
+}  // namespace
+
+int Os::open(const char* path, int flags, mode_t mode) {
+  return neg_errno_or(restart_on_eintr([&] { return ::open(path, flags | O_CLOEXEC, mode); }));
+}
+
+int Os::close(int fd) { return neg_errno_or(::close(fd)); }
+
+ssize_t Os::pread(int fd, void* buf, size_t len, uint64_t off) {
+  ssize_t r = restart_on_eintr([&] { return ::pread(fd, buf, len, static_cast<off_t>(off)); });
+  return r < 0 ? -errno : r;
+}
+
+ssize_t Os::pwrite(int fd, const void* buf, size_t len, uint64_t off) {
+  ssize_t r = restart_on_eintr([&] { return ::pwrite(fd, buf, len, static_cast<off_t>(off)); });
+  return r < 0 ? -errno : r;
+}
+
+int Os::fstat(int fd, struct stat* st) { return neg_errno_or(::fstat(fd, st)); }
+
+int Os::get_flags(int fd) { return neg_errno_or(::fcntl(fd, F_GETFL)); }
+
+int Os::dio_align(int fd, DioAlign* out) {
+#ifdef STATX_DIOALIGN
+  struct statx stx {};
+  if (::statx(fd, "", AT_EMPTY_PATH, STATX_DIOALIGN, &stx) != 0) return -errno;
+  if (!(stx.stx_mask & STATX_DIOALIGN) || stx.stx_dio_offset_align == 0) return -EOPNOTSUPP;
+  out->mem = stx.stx_dio_mem_align;
+  out->offset = stx.stx_dio_offset_align;
+  return 0;
+#else
+  (void)fd, (void)out;
+  return -EOPNOTSUPP;  // headers too old to ask
+#endif
+}
+
+int Os::cachestat(int fd, uint64_t off, uint64_t len, Residency* out) {
+#ifndef __NR_cachestat
+  constexpr long kNrCachestat = 451;  // same number on every architecture
+#else
+  constexpr long kNrCachestat = __NR_cachestat;
+#endif
+  struct Range { uint64_t off, len; } range{off, len};
+  struct Result {
+    uint64_t cache, dirty, writeback, evicted, recently_evicted;
+  } result{};
+  if (::syscall(kNrCachestat, fd, &range, &result, 0) != 0) return -errno;
+  out->cached_pages = result.cache;
+  const uint64_t page = 4096;
+  out->total_pages = (len + page - 1) / page;
+  return 0;
+}
+
+int Os::uring_init(unsigned entries, io_uring* ring, unsigned flags) {
+  return io_uring_queue_init(entries, ring, flags);
+}
+
+Os& os() { return *current.load(std::memory_order_acquire); }
+
+void set_os(Os* replacement) {
+  current.store(replacement ? replacement : &real_os, std::memory_order_release);
+}
+
+}  // namespace gpufile::sys

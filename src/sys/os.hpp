@@ -1,0 +1,61 @@
+// The one seam between gpufile and the operating system. Every file-system call and every
+// io_uring completion the data path consumes passes through Os, so tests can inject faults
+// (src/sys/faulty_os.hpp) where an LD_PRELOAD shim could never reach: inside io_uring.
+//
+// Convention (liburing's): results are >= 0 on success or -errno on failure; errno is never
+// read by callers.
+#pragma once
+
+#include <sys/stat.h>
+#include <sys/types.h>
+
+#include <cstddef>
+#include <cstdint>
+
+struct io_uring;
+
+namespace gpufile::sys {
+
+// Alignment a file demands for O_DIRECT, from statx(STATX_DIOALIGN) where the kernel knows it.
+struct DioAlign {
+  uint32_t mem = 4096;     // buffer address and length alignment
+  uint32_t offset = 4096;  // file offset alignment
+};
+
+// What part of a file range sits in the page cache (cachestat(2), Linux 6.5+).
+struct Residency {
+  uint64_t cached_pages = 0;
+  uint64_t total_pages = 0;
+};
+
+enum class IoKind : int { read = 0, write = 1 };
+
+class Os {
+ public:
+  virtual ~Os() = default;
+
+  virtual int open(const char* path, int flags, mode_t mode);
+  virtual int close(int fd);
+  virtual ssize_t pread(int fd, void* buf, size_t len, uint64_t off);
+  virtual ssize_t pwrite(int fd, const void* buf, size_t len, uint64_t off);
+  virtual int fstat(int fd, struct stat* st);
+  virtual int get_flags(int fd);  // fcntl(F_GETFL)
+  // 0 and fills `out` when the kernel reports DIO alignment; -EOPNOTSUPP when it can't say.
+  virtual int dio_align(int fd, DioAlign* out);
+  virtual int cachestat(int fd, uint64_t off, uint64_t len, Residency* out);
+
+  // io_uring set-up; the ring itself is driven through liburing by src/io/uring_engine.cpp.
+  virtual int uring_init(unsigned entries, io_uring* ring, unsigned flags);
+  // Every completion result the uring engine consumes passes through here first.
+  virtual int uring_result(IoKind kind, int fd, size_t requested, int res) {
+    (void)kind, (void)fd, (void)requested;
+    return res;
+  }
+};
+
+// The Os in force. The real one unless a test installed another.
+Os& os();
+// Installs `replacement` (nullptr: back to the real one). Tests only; not thread-safe with IO.
+void set_os(Os* replacement);
+
+}  // namespace gpufile::sys
