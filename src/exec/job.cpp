@@ -93,11 +93,21 @@ ChunkPlan plan_chunk(const Job& job, uint64_t off, uint64_t len, char* staging) 
     return p;
   }
   // Host memory: IO straight into the caller's buffer; O_DIRECT only where its address allows.
+  // An O_DIRECT read of the block holding end of file fills the whole block with the bytes
+  // past it, so host reads go direct only up to the last whole block before end of file; the
+  // rest comes through the page cache, which never writes past what it reports.
   p.base = off;
   char* mem = caller_memory(job, off);
   uint64_t body = align_up(off, a);
   bool mem_ok = is_aligned(reinterpret_cast<uint64_t>(mem) + (body - off), job.file.align.mem);
-  plan_split(job, p, off, end, mem, direct && mem_ok);
+  if (!direct || !mem_ok) {
+    plan_split(job, p, off, end, mem, false);
+    return p;
+  }
+  uint64_t direct_end = job.kind == sys::IoKind::read ? std::min(end, align_down(job.file_size, a)) : end;
+  if (direct_end <= off) direct_end = off;
+  plan_split(job, p, off, direct_end, mem, true);
+  add(p, job.file.fd_buffered, false, direct_end, end - direct_end, mem + (direct_end - off));
   return p;
 }
 
@@ -110,6 +120,7 @@ SegmentNext apply_result(const Job& job, Segment& seg, int res, Error* err) {
   };
   if (res > 0) {
     seg.done += static_cast<uint64_t>(res);
+    seg.retries = 0;  // only interruptions in a row without progress count towards giving up
     if (seg.done == seg.len) return SegmentNext::finished;
     if (seg.direct && !is_aligned(seg.file_off + seg.done, job.file.align.offset)) to_page_cache();
     return SegmentNext::again;

@@ -31,6 +31,7 @@ class Job {
   uint64_t file_off = 0;
   uint64_t len = 0;
   bool direct = false;        // aligned body through O_DIRECT
+  uint64_t file_size = 0;     // size when the IO was admitted (host reads stop O_DIRECT there)
   uint64_t chunk_size = 0;    // set by the executor
 
   // Called once, on the thread that finishes the last chunk, after which the caller's memory
@@ -78,7 +79,7 @@ struct Segment {
 // The IO plan of one chunk. For a staged chunk, `staging` is the pinned slab and slab byte 0
 // holds file offset `base`; for a host chunk, segments point into the caller's memory.
 struct ChunkPlan {
-  Segment seg[3];
+  Segment seg[4];  // at most head, body, tail (or head, body, rest past the last whole block)
   int count = 0;
   uint64_t base = 0;
 };

@@ -91,6 +91,7 @@ class SmallPool {
 
 // The largest DIO alignment the staging grid supports; files demanding more use the page cache.
 constexpr uint32_t kMaxDioAlign = 4096;
+constexpr uint32_t kPageSize = 4096;
 
 }  // namespace
 
@@ -179,6 +180,11 @@ Error fill_file_ref(FileHandle& h, DirectIoPolicy policy) {
     sys::DioAlign a;
     int rc = sys::os().dio_align(r.fd_direct, &a);
     if (rc == 0) r.align = a;
+    // The split between O_DIRECT and page-cache IO is made at page boundaries, not at the
+    // (possibly smaller) DIO alignment: a buffered write of part of a page reads and dirties
+    // the whole page, and its later writeback would overwrite bytes an O_DIRECT write put
+    // into the same page.
+    r.align.offset = std::max<uint32_t>(r.align.offset, kPageSize);
     // Alignments the staging grid cannot honour (or none at all) mean: no O_DIRECT here.
     if (!is_pow2(r.align.offset) || r.align.offset > kMaxDioAlign || !is_pow2(r.align.mem) ||
         r.align.mem > kMaxDioAlign)
@@ -233,6 +239,15 @@ Error Runtime::open_locked() {
   if (session_) return Error::none();
   auto s = std::make_shared<Session>();
   s->settings = config::resolve_for_open();
+  if (!s->settings.allow_compat_mode) {
+    // gpufile has no nvidia-fs / P2PDMA path: every byte is staged through host memory, which
+    // is what cuFile calls compatibility mode. Refuse, as NVIDIA's library does without
+    // nvidia-fs, rather than silently doing what the configuration forbids.
+    GPUFILE_LOG(LogLevel::error,
+                "properties.allow_compat_mode is false, but this machine has no GPUDirect "
+                "Storage path (gpufile stages through host memory): driver not opened");
+    return Error::of(Errc::driver_not_open);
+  }
   if (Error e = start_session(*s)) {
     GPUFILE_LOG(LogLevel::error, "driver open failed: %s", describe(e).c_str());
     return e;
@@ -469,6 +484,7 @@ Error Runtime::prepare(sys::IoKind kind, void* handle, const void* base, uint64_
   job.addr = b + static_cast<uint64_t>(buffer_offset);
   job.file_off = static_cast<uint64_t>(file_offset);
   job.len = size;
+  job.file_size = static_cast<uint64_t>(st.st_size);
   if (base_mem != nullptr) job.mem = *base_mem;
   else if (Error e = cuda::classify(reinterpret_cast<void*>(job.addr), &job.mem)) return e;
   if (job.mem.range_size != 0 && (job.addr < job.mem.range_start ||
