@@ -32,20 +32,35 @@ ssize_t io_return(const IoResult& r);
 // otherwise (callers tell them apart with IS_CUFILE_ERR).
 ssize_t negative_code(const Error& e);
 
-// No exception may cross the C ABI: a throwing entry point reports an internal error.
+// Frees the stream API's staging buffers (src/capi/stream.cpp); called when the driver closes.
+void release_stream_staging();
+
+inline CUfileError_t result_of(CUfileOpError e) {
+  CUfileError_t r{};
+  r.err = e;
+  return r;
+}
+
+// No exception may cross the C ABI: a throwing entry point reports an internal error (or
+// CU_FILE_NOMEM_ERROR when memory ran out). `f` returns a CUfileError_t.
+template <typename F>
+CUfileError_t catch_all(const char* what, F&& f) noexcept {
+  try {
+    return f();
+  } catch (const std::bad_alloc&) {
+    return result_of(CU_FILE_NOMEM_ERROR);
+  } catch (const std::exception& ex) {
+    GPUFILE_LOG(LogLevel::error, "%s: internal error: %s", what, ex.what());
+  } catch (...) {
+    GPUFILE_LOG(LogLevel::error, "%s: internal error", what);
+  }
+  return result_of(CU_FILE_INTERNAL_ERROR);
+}
+
+// The same for an entry point whose body returns gpufile's Error.
 template <typename F>
 CUfileError_t guarded(const char* what, F&& f) noexcept {
-  try {
-    return status(f());
-  } catch (const std::bad_alloc&) {
-    return status(Error::of(Errc::no_memory));
-  } catch (const std::exception& ex) {
-    GPUFILE_LOG(LogLevel::error, "%s: %s", what, ex.what());
-    return status(Error::of(Errc::internal));
-  } catch (...) {
-    GPUFILE_LOG(LogLevel::error, "%s: unknown exception", what);
-    return status(Error::of(Errc::internal));
-  }
+  return catch_all(what, [&] { return status(f()); });
 }
 
 }  // namespace gpufile::capi

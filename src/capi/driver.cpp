@@ -30,7 +30,9 @@ void fill_properties(const Settings& s, CUfileDrvProps_t* p) {
   p->fflags = 1u << CU_FILE_DYN_ROUTING_SUPPORTED | 1u << CU_FILE_BATCH_IO_SUPPORTED |
               1u << CU_FILE_STREAMS_SUPPORTED | 1u << CU_FILE_PARALLEL_IO_SUPPORTED;
   p->max_device_cache_size = clamp_u32(s.max_device_cache_size_kb);
-  p->per_buffer_cache_size = clamp_u32(s.per_buffer_cache_size_kb);
+  // No GPU bounce buffers exist in gpufile (staging is pinned host memory), so, like NVIDIA's
+  // library in compat mode, report none.
+  p->per_buffer_cache_size = 0;
   p->max_device_pinned_mem_size = clamp_u32(s.max_device_pinned_mem_size_kb);
   p->max_batch_io_size = clamp_u32(s.io_batchsize);
   p->max_batch_io_timeout_msecs = clamp_u32(s.batch_io_timeout_ms);
@@ -70,7 +72,11 @@ CUfileError_t cuFileDriverOpen(void) {
 }
 
 CUfileError_t cuFileDriverClose_v2(void) {
-  return guarded(__func__, [] { return Runtime::instance().close(); });
+  return guarded(__func__, [] {
+    Error e = Runtime::instance().close();
+    if (e.ok() && !Runtime::instance().is_open()) gpufile::capi::release_stream_staging();
+    return e;
+  });
 }
 
 CUfileError_t cuFileDriverClose(void) { return cuFileDriverClose_v2(); }

@@ -8,6 +8,7 @@
 
 #include "core/config.hpp"
 #include "core/log.hpp"
+#include "capi/capi.hpp"
 #include "cufile.h"
 #include "exec/driver_state.hpp"
 
@@ -33,23 +34,19 @@ using namespace gpufile;
 // A string parameter longer than a path cannot be meant.
 constexpr size_t kMaxStringParam = 4096;
 
-CUfileError_t result_of(CUfileOpError e) {
-  CUfileError_t r{};
-  r.err = e;
-  return r;
-}
+using capi::result_of;
 
-// No exception may cross the C ABI.
-template <typename Fn>
-CUfileError_t catch_all(const char* where, Fn&& fn) noexcept {
-  try {
-    return fn();
-  } catch (const std::exception& e) {
-    GPUFILE_LOG(LogLevel::error, "%s: internal error: %s", where, e.what());
-  } catch (...) {
-    GPUFILE_LOG(LogLevel::error, "%s: internal error", where);
-  }
-  return result_of(CU_FILE_INTERNAL_ERROR);
+using capi::catch_all;
+
+// C callers may pass any int as a cuFile enum. Loading such a value as the C++ enum type is
+// undefined outside the enumerators' range, so the id is read from the parameter's bytes into
+// config's enums, which have a fixed underlying type.
+template <typename Id, typename CEnum>
+Id param_id(const CEnum& param) {
+  static_assert(sizeof(CEnum) == sizeof(int));
+  int raw;
+  std::memcpy(&raw, &param, sizeof raw);
+  return static_cast<Id>(raw);
 }
 
 // Reads a value from the open driver's settings, or from the staging area when closed.
@@ -66,7 +63,7 @@ extern "C" {
 
 GPUFILE_EXPORT CUfileError_t cuFileSetParameterSizeT(CUFileSizeTConfigParameter_t param, size_t value) {
   return catch_all(__func__, [&] {
-    auto p = static_cast<config::SizeParam>(param);
+    auto p = param_id<config::SizeParam>(param);
     if (!config::is_known(p)) return result_of(CU_FILE_INVALID_VALUE);
     if (driver_is_open()) return result_of(CU_FILE_DRIVER_ALREADY_OPEN);
     config::stage_size(p, value);
@@ -76,7 +73,7 @@ GPUFILE_EXPORT CUfileError_t cuFileSetParameterSizeT(CUFileSizeTConfigParameter_
 
 GPUFILE_EXPORT CUfileError_t cuFileSetParameterBool(CUFileBoolConfigParameter_t param, bool value) {
   return catch_all(__func__, [&] {
-    auto p = static_cast<config::BoolParam>(param);
+    auto p = param_id<config::BoolParam>(param);
     if (!config::is_known(p)) return result_of(CU_FILE_INVALID_VALUE);
     if (driver_is_open()) return result_of(CU_FILE_DRIVER_ALREADY_OPEN);
     config::stage_bool(p, value);
@@ -87,7 +84,7 @@ GPUFILE_EXPORT CUfileError_t cuFileSetParameterBool(CUFileBoolConfigParameter_t 
 GPUFILE_EXPORT CUfileError_t cuFileSetParameterString(CUFileStringConfigParameter_t param,
                                                       const char* desc_str) {
   return catch_all(__func__, [&] {
-    auto p = static_cast<config::StringParam>(param);
+    auto p = param_id<config::StringParam>(param);
     if (!config::is_known(p) || !desc_str) return result_of(CU_FILE_INVALID_VALUE);
     const size_t len = strnlen(desc_str, kMaxStringParam);
     if (len == kMaxStringParam) return result_of(CU_FILE_INVALID_VALUE);
@@ -99,7 +96,7 @@ GPUFILE_EXPORT CUfileError_t cuFileSetParameterString(CUFileStringConfigParamete
 
 GPUFILE_EXPORT CUfileError_t cuFileGetParameterSizeT(CUFileSizeTConfigParameter_t param, size_t* value) {
   return catch_all(__func__, [&] {
-    auto p = static_cast<config::SizeParam>(param);
+    auto p = param_id<config::SizeParam>(param);
     if (!config::is_known(p) || !value) return result_of(CU_FILE_INVALID_VALUE);
     *value = current<size_t>([&](const Settings& s) { return config::size_value(s, p); },
                              [&] { return config::staged_size(p); });
@@ -109,7 +106,7 @@ GPUFILE_EXPORT CUfileError_t cuFileGetParameterSizeT(CUFileSizeTConfigParameter_
 
 GPUFILE_EXPORT CUfileError_t cuFileGetParameterBool(CUFileBoolConfigParameter_t param, bool* value) {
   return catch_all(__func__, [&] {
-    auto p = static_cast<config::BoolParam>(param);
+    auto p = param_id<config::BoolParam>(param);
     if (!config::is_known(p) || !value) return result_of(CU_FILE_INVALID_VALUE);
     *value = current<bool>([&](const Settings& s) { return config::bool_value(s, p); },
                            [&] { return config::staged_bool(p); });
@@ -122,7 +119,7 @@ GPUFILE_EXPORT CUfileError_t cuFileGetParameterBool(CUFileBoolConfigParameter_t 
 GPUFILE_EXPORT CUfileError_t cuFileGetParameterString(CUFileStringConfigParameter_t param,
                                                       char* desc_str, int len) {
   return catch_all(__func__, [&] {
-    auto p = static_cast<config::StringParam>(param);
+    auto p = param_id<config::StringParam>(param);
     if (!config::is_known(p) || !desc_str || len <= 0) return result_of(CU_FILE_INVALID_VALUE);
     const std::string v = current<std::string>(
         [&](const Settings& s) { return config::string_value(s, p); },
@@ -141,7 +138,7 @@ GPUFILE_EXPORT CUfileError_t cuFileGetParameterMinMaxValue(CUFileSizeTConfigPara
                                                            size_t* min_value, size_t* max_value) {
   return catch_all(__func__, [&] {
     if (!min_value || !max_value) return result_of(CU_FILE_INVALID_VALUE);
-    auto range = config::size_range(static_cast<config::SizeParam>(param));
+    auto range = config::size_range(param_id<config::SizeParam>(param));
     if (!range) return result_of(CU_FILE_INVALID_VALUE);  // PROFILE_STATS too, as cuFile
     *min_value = range->min;
     *max_value = range->max;

@@ -13,6 +13,7 @@
 #include "core/log.hpp"
 #include "core/stats.hpp"
 #include "cuda/driver.hpp"
+#include "capi/capi.hpp"
 #include "cufile.h"
 #include "exec/driver_state.hpp"
 
@@ -122,23 +123,9 @@ std::vector<cuda::CUuuid> gpu_uuids() {
   return uuids;
 }
 
-CUfileError_t result_of(CUfileOpError e) {
-  CUfileError_t r{};
-  r.err = e;
-  return r;
-}
+using capi::result_of;
 
-template <typename Fn>
-CUfileError_t catch_all(const char* where, Fn&& fn) noexcept {
-  try {
-    return fn();
-  } catch (const std::exception& e) {
-    GPUFILE_LOG(LogLevel::error, "%s: internal error: %s", where, e.what());
-  } catch (...) {
-    GPUFILE_LOG(LogLevel::error, "%s: internal error", where);
-  }
-  return result_of(CU_FILE_INTERNAL_ERROR);
-}
+using capi::catch_all;
 
 // Start/Stop/Reset act on an open driver only.
 template <typename Fn>

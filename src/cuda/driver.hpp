@@ -46,8 +46,8 @@ inline constexpr unsigned CU_MEMORYTYPE_DEVICE = 2;
 inline constexpr unsigned CU_MEMORYTYPE_ARRAY = 3;
 inline constexpr unsigned CU_MEMORYTYPE_UNIFIED = 4;
 
-inline constexpr unsigned CU_MEMHOSTALLOC_PORTABLE = 0x01;
-inline constexpr unsigned CU_MEMHOSTREGISTER_PORTABLE = 0x01;
+// cuda.h makes these two macros, so they get names of our own here.
+inline constexpr unsigned kMemHostAllocPortable = 0x01;  // CU_MEMHOSTALLOC_PORTABLE
 inline constexpr unsigned CU_STREAM_NON_BLOCKING = 0x1;
 inline constexpr unsigned CU_EVENT_DISABLE_TIMING = 0x2;
 inline constexpr int CU_DEVICE_ATTRIBUTE_PCI_BUS_ID = 33;

@@ -40,7 +40,7 @@ Error classify(const void* ptr, MemInfo* out) {
 
 Error alloc_pinned(size_t bytes, void** out) {
   if (const Driver* d = driver()) {
-    CUresult r = d->MemHostAlloc(out, bytes, CU_MEMHOSTALLOC_PORTABLE);
+    CUresult r = d->MemHostAlloc(out, bytes, kMemHostAllocPortable);
     return r == CUDA_SUCCESS ? Error::none() : Error::cu(r);
   }
   void* p = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);

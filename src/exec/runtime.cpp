@@ -52,6 +52,17 @@ void wait_for_zero(const std::atomic<int>& counter) {
     counter.wait(v, std::memory_order_acquire);
 }
 
+// Removes and returns the entry under `key`, or an empty value.
+template <typename Map>
+typename Map::mapped_type take(std::mutex& mu, Map& map, const typename Map::key_type& key) {
+  std::lock_guard lock(mu);
+  auto it = map.find(key);
+  if (it == map.end()) return {};
+  auto value = std::move(it->second);
+  map.erase(it);
+  return value;
+}
+
 void drop(std::atomic<int>& counter) {
   if (counter.fetch_sub(1, std::memory_order_acq_rel) == 1) counter.notify_all();
 }
@@ -361,14 +372,8 @@ Error Runtime::register_file(int fd, void** handle) {
 Error Runtime::deregister_file(void* handle) {
   auto s = session();
   if (!s) return Error::of(Errc::driver_not_open);
-  std::shared_ptr<FileHandle> h;
-  {
-    std::lock_guard lock(s->files_mu);
-    auto it = s->files.find(reinterpret_cast<uintptr_t>(handle));
-    if (it == s->files.end()) return Error::of(Errc::handle_not_registered);
-    h = std::move(it->second);
-    s->files.erase(it);
-  }
+  std::shared_ptr<FileHandle> h = take(s->files_mu, s->files, reinterpret_cast<uintptr_t>(handle));
+  if (!h) return Error::of(Errc::handle_not_registered);
   // The caller may close the fd as soon as we return: no IO may still be using it.
   wait_for_zero(h->inflight);
   return Error::none();
@@ -418,14 +423,8 @@ Error Runtime::register_buffer(const void* base, size_t length) {
 Error Runtime::deregister_buffer(const void* base) {
   auto s = session();
   if (!s) return Error::of(Errc::driver_not_open);
-  std::shared_ptr<BufferRegistration> reg;
-  {
-    std::lock_guard lock(s->buffers_mu);
-    auto it = s->buffers.find(reinterpret_cast<uint64_t>(base));
-    if (it == s->buffers.end()) return Error::of(Errc::buffer_not_registered);
-    reg = std::move(it->second);
-    s->buffers.erase(it);
-  }
+  auto reg = take(s->buffers_mu, s->buffers, reinterpret_cast<uint64_t>(base));
+  if (!reg) return Error::of(Errc::buffer_not_registered);
   wait_for_zero(reg->inflight);
   return Error::none();
 }
@@ -569,10 +568,18 @@ const char* Runtime::route_name(const Io& io) {
   return "unknown";
 }
 
-IoResult Runtime::run(Io& io, bool allow_inline) {
+IoResult Runtime::run_on_this_thread(Io& io) {
+  if (io.job.staged()) return {0, Error::of(Errc::internal)};
+  IoResult r;
+  if (io.job.len > 0) run_inline(*io.session_, io.job, &r);
+  record(io, r, true);
+  return r;
+}
+
+IoResult Runtime::run(Io& io) {
   if (io.job.len == 0) return {};
   IoResult r;
-  if (allow_inline && io.inline_ && run_inline(*io.session_, io.job, &r)) {
+  if (io.inline_ && run_inline(*io.session_, io.job, &r)) {
     record(io, r, true);
     return r;
   }

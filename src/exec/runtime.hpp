@@ -92,9 +92,12 @@ class Runtime {
   Error prepare(sys::IoKind kind, void* handle, const void* base, uint64_t size,
                 int64_t file_offset, int64_t buffer_offset, std::unique_ptr<Io>* out,
                 const cuda::MemInfo* base_mem = nullptr);
-  // Runs the Io to completion on this thread's behalf. Small IO runs on this thread unless
-  // `allow_inline` is false (threads that must not call CUDA: stream callbacks).
-  IoResult run(Io& io, bool allow_inline = true);
+  // Runs the Io to completion on this thread's behalf: small IO on this thread, the rest on
+  // the executor's workers.
+  IoResult run(Io& io);
+  // Runs an Io whose memory is host memory entirely on this thread, with plain kernel IO and no
+  // CUDA call at all, whatever its size: what a CUDA host function (stream op) may do.
+  IoResult run_on_this_thread(Io& io);
   // Starts the Io; io.job.on_complete (set by the caller) fires when it is done. Never runs
   // inline: safe from threads that must not call CUDA (stream callbacks).
   void submit(Io& io);

@@ -1,0 +1,63 @@
+#!/usr/bin/env bash
+# The GPU machine's run: the test suites against the real CUDA driver, the cuFile usage
+# example built with the real CUDA toolkit, and same-run measurements for docs/performance.md.
+#
+# Build here first (the GPU machine has no liburing or GoogleTest; binaries built on Debian 12
+# run there):  cmake -S . -B build/gpu -G Ninja -DCMAKE_BUILD_TYPE=Release && cmake --build build/gpu
+# Then on the GPU machine, from the repository root:  bash bench/gpu-run.sh build/gpu [SIZE_GIB]
+set -uo pipefail
+B=${1:-build/gpu}
+GIB=${2:-4}
+OUT=${OUT:-/tmp/gpufile-out}
+mkdir -p "$OUT"
+unset GPUFILE_CUDA_LIBRARY
+export GPUFILE_TEST_REQUIRE_GPU=1
+log() { echo "== $*"; }
+status=0
+
+log "machine"
+nvidia-smi -L; uname -r; nproc; df -h / /dev/shm | tail -2
+
+log "test suites against the real driver"
+for t in support/fakecuda_tests integration/capi_tests fault/fault_tests abi/abi_tests unit/unit_tests; do
+  if [ -x "$B/tests/$t" ]; then
+    "$B/tests/$t" --gtest_brief=1 >"$OUT/$(basename $t).log" 2>&1
+    rc=$?
+    echo "$t: exit $rc; $(grep -E '^\[  (PASSED|FAILED|SKIPPED)' "$OUT/$(basename $t).log" | tr '\n' ' ')"
+    [ $rc -eq 0 ] || { status=1; grep -E '^\[  FAILED' "$OUT/$(basename $t).log" | head -20; }
+  fi
+done
+
+log "cuFile usage example, built with the CUDA toolkit against our header and libcufile.so.0"
+CUDA=/usr/local/cuda
+if g++ -O2 -o /tmp/cufile_sample examples/cufile_sample.c* -Iinclude -I$CUDA/include \
+     -L"$B/src" -l:libcufile.so.0 -L$CUDA/lib64 -lcudart -Wl,-rpath,"$PWD/$B/src" 2>"$OUT/example-build.log"; then
+  head -c $((8 << 20)) /dev/urandom >/tmp/sample.bin
+  /tmp/cufile_sample /tmp/sample.bin $((8 << 20)) || status=1
+else
+  echo "example build failed:"; cat "$OUT/example-build.log"; status=1
+fi
+
+log "measurements: ${GIB} GiB file on / (ext4) and in /dev/shm"
+F=/root/gpufile-bench.bin
+dd if=/dev/urandom of=$F bs=16M count=$((GIB * 64)) status=none; sync
+drop() { sync; echo 3 >/proc/sys/vm/drop_caches; }
+C="$B/bench/gpufile_compare"
+"$C" h2d-pinned; "$C" h2d-pageable
+drop; echo -n "dd O_DIRECT     "; dd if=$F of=/dev/null bs=16M iflag=direct 2>&1 | tail -1
+drop; echo -n "cold: "; "$C" gpufile $F
+drop; echo -n "cold: "; "$C" naive $F
+cat $F >/dev/null
+echo -n "warm: "; "$C" gpufile $F
+echo -n "warm: "; "$C" naive $F
+cp $F /dev/shm/gpufile-bench.bin
+echo -n "shm:  "; "$C" gpufile /dev/shm/gpufile-bench.bin
+echo -n "shm:  "; "$C" naive /dev/shm/gpufile-bench.bin
+echo -n "ext4: "; "$C" gpufile-write $F
+echo -n "shm:  "; "$C" gpufile-write /dev/shm/gpufile-bench.bin
+rm -f /dev/shm/gpufile-bench.bin
+
+log "the main job (gpufile demo), cold file on /"
+"$B/cli/gpufile" demo --size ${GIB}G --dir /root || status=1
+rm -f $F
+exit $status

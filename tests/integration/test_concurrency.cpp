@@ -1,0 +1,376 @@
+// Suite 5: concurrency. Many threads on one handle; deregistration and driver close racing
+// with IO in flight (no crash, no hang; IO either completes correctly or fails cleanly).
+#include <cinttypes>
+
+#include "common.hpp"
+
+namespace capi_test {
+namespace {
+
+constexpr size_t KiB = 1024, MiB = 1024 * 1024;
+
+class Concurrency : public CapiTest {
+ protected:
+  void SetUp() override {
+    CapiTest::SetUp();
+    session_ = std::make_unique<DriverSession>();
+    ASSERT_TRUE(session_->ok()) << session_->error();
+    seed_ = test_seed();
+    Rng rng(seed_);
+    path_ = dir_.file("conc.bin");
+    shadow_ = rng.bytes(kFileSize);
+    ASSERT_NO_FATAL_FAILURE(write_file(path_, shadow_.data(), shadow_.size()));
+  }
+  void TearDown() override {
+    session_.reset();
+    CapiTest::TearDown();
+  }
+
+  static constexpr uint64_t kFileSize = 64 * MiB;
+  TempDir dir_;
+  std::unique_ptr<DriverSession> session_;
+  uint64_t seed_ = 0;
+  std::string path_;
+  std::vector<uint8_t> shadow_;
+};
+
+// 16 threads, one handle, disjoint file ranges, mixed reads and writes of mixed sizes and memory
+// kinds; every byte verified as it goes and the whole file at the end.
+TEST_F(Concurrency, SixteenThreadsOneHandle) {
+  SCOPED_TRACE("seed=" + std::to_string(seed_));
+  const bool direct = direct_io_works(dir_.path());
+  Handle h(path_, O_RDWR | (direct ? O_DIRECT : 0));
+  ASSERT_TRUE(h.ok());
+  Watchdog dog(std::chrono::seconds(180), "SixteenThreadsOneHandle");
+  constexpr int kThreads = 16, kOps = 40;
+  constexpr uint64_t kSlice = kFileSize / kThreads;  // 4 MiB each
+  std::vector<std::vector<uint8_t>> shadows(kThreads);
+  std::vector<std::string> errors(kThreads);
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t) {
+    shadows[t].assign(shadow_.begin() + t * kSlice, shadow_.begin() + (t + 1) * kSlice);
+    threads.emplace_back([&, t] {
+      bind_context();
+      Rng rng(seed_ * 31 + static_cast<uint64_t>(t));
+      const Mem kind = has_driver() ? kAllMem[t % 4] : Mem::pageable;
+      std::string why;
+      auto buf = Buffer::make(kind, 2 * MiB + 8192, &why);
+      if (!buf) {  // e.g. no managed memory: use device memory
+        buf = Buffer::make(has_driver() ? Mem::device : Mem::pageable, 2 * MiB + 8192, &why);
+        if (!buf) {
+          errors[t] = why;
+          return;
+        }
+      }
+      const bool reg = t % 2 == 0;
+      if (reg && cuFileBufRegister(buf->ptr(), buf->size(), 0).err != CU_FILE_SUCCESS) {
+        errors[t] = "BufRegister";
+        return;
+      }
+      std::vector<uint8_t>& sh = shadows[t];
+      for (int i = 0; i < kOps && errors[t].empty(); ++i) {
+        // Sizes: mostly small (inline path), some medium, some large (executor).
+        static const size_t kinds[] = {1, 512, 4096, 65536, 65537, 300000, 1 * MiB + 1, 2 * MiB};
+        size_t size = kinds[rng.below(std::size(kinds))];
+        if (rng.below(2)) size = std::max<size_t>(1, size - rng.below(std::min<size_t>(size, 4096)));
+        uint64_t off = rng.below(kSlice - size + 1);
+        size_t boff = rng.below(8192);
+        bool write = rng.below(2) == 1;
+        char what[128];
+        snprintf(what, sizeof what, "thread %d op %d %s off=%" PRIu64 " size=%zu buf_off=%zu %s", t, i,
+                 write ? "write" : "read", t * kSlice + off, size, boff, mem_name(buf->kind()));
+        if (write) {
+          std::vector<uint8_t> data = rng.bytes(size);
+          buf->upload(boff, data.data(), size);
+          ssize_t n = cuFileWrite(h.get(), buf->ptr(), size, static_cast<off_t>(t * kSlice + off),
+                                  static_cast<off_t>(boff));
+          if (n != static_cast<ssize_t>(size)) {
+            errors[t] = std::string(what) + ": returned " + std::to_string(n) + " errno " + errno_text(errno);
+            break;
+          }
+          std::memcpy(sh.data() + off, data.data(), size);
+        } else {
+          ssize_t n = cuFileRead(h.get(), buf->ptr(), size, static_cast<off_t>(t * kSlice + off),
+                                 static_cast<off_t>(boff));
+          if (n != static_cast<ssize_t>(size)) {
+            errors[t] = std::string(what) + ": returned " + std::to_string(n) + " errno " + errno_text(errno);
+            break;
+          }
+          std::vector<uint8_t> got = buf->read_back(boff, size);
+          std::string m = first_mismatch(got.data(), sh.data() + off, size);
+          if (!m.empty()) errors[t] = std::string(what) + ": " + m;
+        }
+      }
+      if (reg) cuFileBufDeregister(buf->ptr());
+    });
+  }
+  for (auto& th : threads) th.join();
+  for (int t = 0; t < kThreads; ++t) EXPECT_EQ(errors[t], "") << "thread " << t;
+  std::vector<uint8_t> file = read_file(path_, 0, kFileSize);
+  for (int t = 0; t < kThreads; ++t)
+    EXPECT_EQ(first_mismatch(file.data() + t * kSlice, shadows[t].data(), kSlice), "") << "slice " << t;
+}
+
+// Threads writing disjoint, unaligned byte ranges that abut inside shared 4 KiB pages, at the
+// same moment, through one O_DIRECT handle: every byte of every write must survive (as with
+// pwrite). The library splits unaligned writes into buffered and direct parts; a direct part and
+// another thread's buffered part in the same page must not clobber each other.
+TEST_F(Concurrency, AdjacentUnalignedWritersSharingPages) {
+  SCOPED_TRACE("seed=" + std::to_string(seed_));
+  if (!direct_io_works(dir_.path())) GTEST_SKIP() << "no O_DIRECT";
+  Handle h(path_, O_RDWR | O_DIRECT);
+  ASSERT_TRUE(h.ok());
+  Watchdog dog(std::chrono::seconds(120), "AdjacentUnalignedWritersSharingPages");
+  constexpr int kThreads = 2;
+  int fd = ::open(path_.c_str(), O_RDWR | O_CLOEXEC);
+  ASSERT_GE(fd, 0);
+  for (size_t piece : {size_t(3000), size_t(70001)}) {  // inline path and executor path
+    SCOPED_TRACE("piece " + std::to_string(piece));
+    const size_t stride = piece * kThreads + 4096;
+    const int rounds = 60;
+    std::vector<std::vector<uint8_t>> datas(kThreads);
+    std::vector<std::string> errors(kThreads);
+    std::mutex mu;
+    std::condition_variable cv;
+    int round = -1, done = 0;
+    std::vector<std::thread> ts;
+    for (int t = 0; t < kThreads; ++t) {
+      Rng rng(seed_ + 77 * t + piece);
+      datas[t] = rng.bytes(piece * rounds);
+      ts.emplace_back([&, t] {
+        bind_context();
+        std::string why;
+        auto buf = Buffer::make(Mem::pageable, datas[t].size(), &why);
+        buf->upload(0, datas[t].data(), datas[t].size());
+        for (int j = 0; j < rounds; ++j) {
+          {
+            std::unique_lock lock(mu);
+            cv.wait(lock, [&] { return round >= j; });
+          }
+          const uint64_t off = 777 + j * stride + t * piece;
+          // Stagger the second writer by 0..190 us so its buffered head meets the first
+          // writer's direct body in flight.
+          if (t == 1) std::this_thread::sleep_for(std::chrono::microseconds((j % 20) * 10));
+          ssize_t n = cuFileWrite(h.get(), buf->ptr(), piece, static_cast<off_t>(off), static_cast<off_t>(j * piece));
+          if (n != static_cast<ssize_t>(piece) && errors[t].empty())
+            errors[t] = "write returned " + std::to_string(n) + " " + errno_text(errno);
+          std::lock_guard lock(mu);
+          ++done;
+          cv.notify_all();
+        }
+      });
+    }
+    for (int j = 0; j < rounds; ++j) {
+      ::fdatasync(fd);
+      ::posix_fadvise(fd, 0, kFileSize, POSIX_FADV_DONTNEED);
+      std::unique_lock lock(mu);
+      round = j;
+      cv.notify_all();
+      cv.wait(lock, [&] { return done == (j + 1) * kThreads; });
+    }
+    for (auto& th : ts) th.join();
+    for (int t = 0; t < kThreads; ++t) ASSERT_EQ(errors[t], "") << "thread " << t;
+    for (int t = 0; t < kThreads; ++t)
+      for (int j = 0; j < rounds; ++j)
+        std::memcpy(shadow_.data() + 777 + j * stride + t * piece, datas[t].data() + j * piece, piece);
+    std::vector<uint8_t> file = read_file(path_, 0, kFileSize);
+    ASSERT_EQ(first_mismatch(file.data(), shadow_.data(), kFileSize), "")
+        << "concurrent writes of disjoint ranges lost bytes (a direct part and another write's "
+           "buffered part shared a page)";
+  }
+  ::close(fd);
+}
+
+// cuFileBufDeregister racing with IO on the same buffer from other threads: IO either completes
+// with the right bytes or fails cleanly; nothing crashes or hangs.
+TEST_F(Concurrency, BufDeregisterRacesWithIo) {
+  SCOPED_TRACE("seed=" + std::to_string(seed_));
+  Handle h(path_, O_RDWR);
+  ASSERT_TRUE(h.ok());
+  Watchdog dog(std::chrono::seconds(120), "BufDeregisterRacesWithIo");
+  for (Mem kind : {Mem::device, Mem::pinned, Mem::pageable}) {
+    SCOPED_TRACE(mem_name(kind));
+    std::string why;
+    const size_t size = 5 * MiB;
+    auto buf = Buffer::make(kind, 4 * size, &why);
+    if (!buf) continue;
+    std::atomic<bool> stop{false};
+    std::vector<std::string> errors(3);
+    std::vector<std::thread> readers;
+    for (int r = 0; r < 3; ++r) {
+      readers.emplace_back([&, r] {
+        bind_context();
+        for (int i = 0; !stop.load() && i < 400; ++i) {
+          // Each reader its own quarter of the buffer; sizes on both sides of the small-IO path.
+          size_t n = (i % 3 == 0) ? 4096 + r : size - r;
+          uint64_t off = static_cast<uint64_t>((i * 7 + r) % 8) * MiB + r;
+          errno = 0;
+          ssize_t got = cuFileRead(h.get(), buf->ptr(), n, static_cast<off_t>(off), static_cast<off_t>(r * size));
+          if (got == static_cast<ssize_t>(n)) {
+            std::vector<uint8_t> data = buf->read_back(r * size, n);
+            std::string m = first_mismatch(data.data(), shadow_.data() + off, n);
+            if (!m.empty()) errors[r] = m;
+          } else if (got != -1 || errno == 0) {
+            errors[r] = "returned " + std::to_string(got) + " errno " + errno_text(errno);
+          }
+          if (!errors[r].empty()) break;
+        }
+      });
+    }
+    for (int i = 0; i < 200; ++i) {
+      CUfileError_t st = cuFileBufRegister(buf->ptr(), buf->size(), 0);
+      EXPECT_EQ(st.err, CU_FILE_SUCCESS);
+      std::this_thread::sleep_for(std::chrono::microseconds(200 + (i % 7) * 100));
+      if (st.err == CU_FILE_SUCCESS) {
+        EXPECT_EQ(cuFileBufDeregister(buf->ptr()).err, CU_FILE_SUCCESS);
+      }
+    }
+    stop = true;
+    for (auto& th : readers) th.join();
+    for (int r = 0; r < 3; ++r) EXPECT_EQ(errors[r], "") << "reader " << r;
+  }
+}
+
+// cuFileHandleDeregister racing with IO on that handle from other threads: each IO completes or
+// fails with 5027; after deregister returns, the fd can be closed safely.
+TEST_F(Concurrency, HandleDeregisterRacesWithIo) {
+  SCOPED_TRACE("seed=" + std::to_string(seed_));
+  Watchdog dog(std::chrono::seconds(120), "HandleDeregisterRacesWithIo");
+  std::string why;
+  for (int round = 0; round < 20; ++round) {
+    SCOPED_TRACE("round " + std::to_string(round));
+    int fd = ::open(path_.c_str(), O_RDWR | O_CLOEXEC);
+    ASSERT_GE(fd, 0);
+    CUfileHandle_t fh = nullptr;
+    ASSERT_EQ(register_fd(fd, &fh).err, CU_FILE_SUCCESS);
+    std::atomic<bool> go{false};
+    std::vector<std::string> errors(4);
+    std::vector<std::thread> ts;
+    for (int r = 0; r < 4; ++r) {
+      ts.emplace_back([&, r] {
+        bind_context();
+        const Mem kind = has_driver() ? kAllMem[r % 3] : Mem::pageable;
+        std::string w;
+        auto buf = Buffer::make(kind, 3 * MiB, &w);
+        if (!buf) {
+          errors[r] = w;
+          return;
+        }
+        while (!go.load()) std::this_thread::yield();
+        for (int i = 0; i < 50; ++i) {
+          size_t n = (i + r) % 2 ? 3 * MiB - r : 8192 + r;
+          uint64_t off = static_cast<uint64_t>(i % 16) * MiB + r;
+          errno = 0;
+          ssize_t got = cuFileRead(fh, buf->ptr(), n, static_cast<off_t>(off), 0);
+          if (got == static_cast<ssize_t>(n)) {
+            std::vector<uint8_t> data = buf->read_back(0, n);
+            std::string m = first_mismatch(data.data(), shadow_.data() + off, n);
+            if (!m.empty()) errors[r] = m;
+          } else if (got == -1 && errno == CU_FILE_HANDLE_NOT_REGISTERED) {
+            break;  // deregistered: every later IO fails the same way
+          } else {
+            errors[r] = "returned " + std::to_string(got) + " errno " + errno_text(errno);
+          }
+          if (!errors[r].empty()) break;
+        }
+      });
+    }
+    go = true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(round % 5));
+    cuFileHandleDeregister(fh);
+    ::close(fd);  // allowed once deregister returned
+    for (auto& th : ts) th.join();
+    for (int r = 0; r < 4; ++r) EXPECT_EQ(errors[r], "") << "reader " << r;
+    if (HasFailure()) break;
+  }
+}
+
+// cuFileDriverClose while other threads do IO: close waits for IO in flight or the IO fails
+// cleanly (handle gone, 5027, or driver not open, 5001); no crash, no hang.
+TEST_F(Concurrency, DriverCloseWhileIoInFlight) {
+  SCOPED_TRACE("seed=" + std::to_string(seed_));
+  Watchdog dog(std::chrono::seconds(120), "DriverCloseWhileIoInFlight");
+  for (int round = 0; round < 8; ++round) {
+    SCOPED_TRACE("round " + std::to_string(round));
+    drain_driver();
+    ASSERT_EQ(cuFileDriverOpen().err, CU_FILE_SUCCESS);
+    int fd = ::open(path_.c_str(), O_RDWR | O_CLOEXEC);
+    ASSERT_GE(fd, 0);
+    CUfileHandle_t fh = nullptr;
+    ASSERT_EQ(register_fd(fd, &fh).err, CU_FILE_SUCCESS);
+    std::atomic<bool> go{false};
+    std::atomic<int> completed{0}, failed{0};
+    std::vector<std::string> errors(3);
+    std::vector<std::thread> ts;
+    for (int r = 0; r < 3; ++r) {
+      ts.emplace_back([&, r] {
+        bind_context();
+        const Mem kind = has_driver() ? kAllMem[r % 3] : Mem::pageable;
+        std::string w;
+        auto buf = Buffer::make(kind, 9 * MiB, &w);
+        if (!buf) {
+          errors[r] = w;
+          return;
+        }
+        while (!go.load()) std::this_thread::yield();
+        for (int i = 0; i < 30; ++i) {
+          size_t n = (i + r) % 3 ? 9 * MiB - r : 4096;
+          uint64_t off = static_cast<uint64_t>(i % 8) * MiB + r;
+          errno = 0;
+          ssize_t got = cuFileRead(fh, buf->ptr(), n, static_cast<off_t>(off), 0);
+          if (got == static_cast<ssize_t>(n)) {
+            ++completed;
+            std::vector<uint8_t> data = buf->read_back(0, n);
+            std::string m = first_mismatch(data.data(), shadow_.data() + off, n);
+            if (!m.empty()) errors[r] = m;
+          } else if (got == -1 && (errno == CU_FILE_HANDLE_NOT_REGISTERED || errno == CU_FILE_DRIVER_NOT_INITIALIZED)) {
+            ++failed;
+            break;
+          } else {
+            errors[r] = "returned " + std::to_string(got) + " errno " + errno_text(errno);
+          }
+          if (!errors[r].empty()) break;
+        }
+      });
+    }
+    go = true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(2 + round * 3));
+    EXPECT_EQ(cuFileDriverClose().err, CU_FILE_SUCCESS);
+    for (auto& th : ts) th.join();
+    ::close(fd);
+    for (int r = 0; r < 3; ++r) EXPECT_EQ(errors[r], "") << "reader " << r;
+    // IO after close may have reopened the driver implicitly; close it for the next round.
+    drain_driver();
+    if (HasFailure()) break;
+  }
+}
+
+// Handles and buffers registered and deregistered from many threads at once.
+TEST_F(Concurrency, RegistrationChurn) {
+  Watchdog dog(std::chrono::seconds(60), "RegistrationChurn");
+  std::vector<std::string> errors(8);
+  std::vector<std::thread> ts;
+  for (int t = 0; t < 8; ++t) {
+    ts.emplace_back([&, t] {
+      bind_context();
+      std::string why;
+      auto buf = Buffer::make(has_driver() ? kAllMem[t % 3] : Mem::pageable, 64 * KiB, &why);
+      for (int i = 0; i < 100 && errors[t].empty(); ++i) {
+        int fd = ::open(path_.c_str(), O_RDWR | O_CLOEXEC);
+        CUfileHandle_t fh = nullptr;
+        if (register_fd(fd, &fh).err != CU_FILE_SUCCESS) errors[t] = "HandleRegister";
+        if (buf && cuFileBufRegister(buf->ptr(), buf->size(), 0).err != CU_FILE_SUCCESS) errors[t] = "BufRegister";
+        if (fh && buf && cuFileRead(fh, buf->ptr(), 4096, static_cast<off_t>(t * 4096), 0) != 4096)
+          errors[t] = "read " + errno_text(errno);
+        if (buf && cuFileBufDeregister(buf->ptr()).err != CU_FILE_SUCCESS) errors[t] = "BufDeregister";
+        if (fh) cuFileHandleDeregister(fh);
+        ::close(fd);
+      }
+    });
+  }
+  for (auto& th : ts) th.join();
+  for (int t = 0; t < 8; ++t) EXPECT_EQ(errors[t], "") << "thread " << t;
+}
+
+}  // namespace
+}  // namespace capi_test
