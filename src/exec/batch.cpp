@@ -36,12 +36,13 @@ void Batch::on_done(Io* io, void* cookie) {
   ev.status = r.ok() ? BatchEvent::Status::complete
               : r.error.code == Errc::canceled ? BatchEvent::Status::canceled
                                                : BatchEvent::Status::failed;
+  // One locked section: once the entry leaves running_, cancel() no longer touches it and a
+  // waiting destructor may free *this, so nothing may follow the unlock.
+  std::lock_guard lock(mu_);
+  running_.erase(std::find(running_.begin(), running_.end(), io));
   // Gives back the handle, buffer and session references now, not at reap time: a batch the
   // caller never reaps must not keep the driver from closing.
   delete io;
-  // Notify under the lock: once running_ is empty a waiting destructor may free *this.
-  std::lock_guard lock(mu_);
-  running_.erase(std::find(running_.begin(), running_.end(), io));
   ready_.push_back(ev);
   cv_.notify_all();
 }

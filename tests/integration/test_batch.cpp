@@ -435,6 +435,63 @@ TEST_F(BatchTest, Cancel) {
   cuFileBatchIODestroy(b);
 }
 
+// An entry that fails while it runs (the test double fails one device copy) reports
+// CUFILE_FAILED; the others complete with their data.
+TEST_F(BatchTest, EntryFailingAtExecutionReportsFailed) {
+  CAPI_REQUIRE_DRIVER();
+  using FailFn = int (*)(const char*, int, int);
+  using ResetFn = void (*)();
+  auto fail = reinterpret_cast<FailFn>(fake_symbol("fakecuda_fail_call"));
+  auto reset = reinterpret_cast<ResetFn>(fake_symbol("fakecuda_reset_faults"));
+  if (!fail || !reset) GTEST_SKIP() << "needs the CUDA driver test double's fault controls";
+  AtExit undo([&] { reset(); });
+  Watchdog dog(std::chrono::seconds(60), "EntryFailingAtExecutionReportsFailed");
+  std::string why;
+  auto buf = Buffer::make(Mem::device, 4 * MiB, &why);
+  ASSERT_TRUE(buf) << why;
+  const unsigned n = 4;
+  std::vector<CUfileIOParams_t> io(n);
+  for (unsigned i = 0; i < n; ++i) {
+    io[i] = CUfileIOParams_t{};
+    io[i].mode = CUFILE_BATCH;
+    io[i].u.batch.devPtr_base = buf->ptr();
+    io[i].u.batch.file_offset = static_cast<off_t>(i * MiB + 5);
+    io[i].u.batch.devPtr_offset = static_cast<off_t>(i * MiB);
+    io[i].u.batch.size = 1 * MiB - 5;  // one chunk, one host-to-device copy each
+    io[i].fh = handles_[0].get();
+    io[i].opcode = CUFILE_READ;
+    io[i].cookie = reinterpret_cast<void*>(uintptr_t(i + 1));
+  }
+  CUfileBatchHandle_t b = nullptr;
+  ASSERT_EQ(cuFileBatchIOSetUp(&b, n).err, CU_FILE_SUCCESS);
+  ASSERT_EQ(fail("cuMemcpyHtoDAsync", 2, 999), 0);
+  ASSERT_EQ(cuFileBatchIOSubmit(b, n, io.data(), 0).err, CU_FILE_SUCCESS);
+  std::vector<CUfileIOEvents_t> ev(n);
+  unsigned got = 0, failed = 0;
+  auto t0 = std::chrono::steady_clock::now();
+  while (got < n && since(t0) < 30) {
+    unsigned nr = n;
+    timespec t = ms(100);
+    ASSERT_EQ(cuFileBatchIOGetStatus(b, 1, &nr, ev.data(), &t).err, CU_FILE_SUCCESS);
+    for (unsigned k = 0; k < nr; ++k) {
+      unsigned i = static_cast<unsigned>(reinterpret_cast<uintptr_t>(ev[k].cookie) - 1);
+      ASSERT_LT(i, n);
+      if (ev[k].status == CUFILE_FAILED) {
+        ++failed;
+        continue;
+      }
+      EXPECT_EQ(ev[k].status, CUFILE_COMPLETE);
+      EXPECT_EQ(ev[k].ret, 1 * MiB - 5);
+      std::vector<uint8_t> data = buf->read_back(i * MiB, 1 * MiB - 5);
+      EXPECT_EQ(first_mismatch(data.data(), shadow_[0].data() + i * MiB + 5, 1 * MiB - 5), "") << "entry " << i;
+    }
+    got += nr;
+  }
+  EXPECT_EQ(got, n);
+  EXPECT_EQ(failed, 1u) << "exactly the entry whose copy failed";
+  cuFileBatchIODestroy(b);
+}
+
 // Cancel and destroy racing the completion of small entries, many times. (Under
 // -DGPUFILE_SANITIZE=thread or address this is where a completion that frees an entry while
 // cancel still walks the running list shows up.)

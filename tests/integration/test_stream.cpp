@@ -385,6 +385,120 @@ TEST_F(StreamTest, DriverClosedBeforeOpExecutes) {
   EXPECT_EQ(not_filled(buf_->read_back(0, 1 * MiB).data(), 1 * MiB, 0xEE), "");
 }
 
+// A device copy of an op fails (the test double fails it). Whether that surfaces at
+// submission (CU_FILE_CUDA_DRIVER_ERROR) or when the op runs, *bytes_p must end negative -
+// never a byte count for data that did not reach the buffer - the buffer (read) or the file
+// (write) keeps its bytes, and the stream goes on.
+TEST_F(StreamTest, CopyFailureNeverReportsBytes) {
+  using FailFn = int (*)(const char*, int, int);
+  using ResetFn = void (*)();
+  auto fail = reinterpret_cast<FailFn>(fake_symbol("fakecuda_fail_call"));
+  auto reset = reinterpret_cast<ResetFn>(fake_symbol("fakecuda_reset_faults"));
+  if (!fail || !reset) GTEST_SKIP() << "needs the CUDA driver test double's fault controls";
+  AtExit undo([&] { reset(); });
+  Watchdog dog(std::chrono::seconds(60), "CopyFailureNeverReportsBytes");
+  Params* p = params_;
+  struct Case {
+    bool write;
+    const char* copy;  // the driver call that fails
+  };
+  for (const Case& c : {Case{false, "cuMemcpyHtoDAsync"}, Case{false, "cuMemcpyDtoHAsync"},
+                        Case{true, "cuMemcpyDtoHAsync"}}) {
+    SCOPED_TRACE(std::string(c.write ? "write" : "read") + ", failing " + c.copy);
+    buf_->fill(0, 3 * MiB, 0xEE);
+    p[0] = Params{2 * MiB, 4096, 0, 1};
+    ASSERT_EQ(fail(c.copy, 1, 999), 0);
+    CUfileError_t st = c.write ? cuFileWriteAsync(h_.get(), buf_->ptr(), &p[0].size, &p[0].file_offset,
+                                                  &p[0].buf_offset, &p[0].bytes, cs(stream_))
+                               : cuFileReadAsync(h_.get(), buf_->ptr(), &p[0].size, &p[0].file_offset,
+                                                 &p[0].buf_offset, &p[0].bytes, cs(stream_));
+    const ssize_t at_return = p[0].bytes;
+    reset();
+    drv()->StreamSynchronize(stream_);
+    if (st.err != CU_FILE_SUCCESS) {
+      EXPECT_EQ(st.err, CU_FILE_CUDA_DRIVER_ERROR);
+      EXPECT_LT(at_return, 0);
+      EXPECT_LT(p[0].bytes, 0) << "the call failed, yet the op later reported " << p[0].bytes << " bytes";
+    } else {
+      EXPECT_LT(p[0].bytes, 0) << "a failed copy must not be reported as bytes";
+    }
+    if (c.write) {
+      EXPECT_EQ(read_file(path_, 0, shadow_.size()), shadow_) << "file changed by a failed write";
+    } else {
+      EXPECT_EQ(not_filled(buf_->read_back(0, 3 * MiB).data(), 3 * MiB, 0xEE), "")
+          << "buffer changed by a failed read";
+    }
+    // The stream goes on.
+    p[1] = Params{4096, 8192, 3 * MiB, 1};
+    ASSERT_EQ(cuFileReadAsync(h_.get(), buf_->ptr(), &p[1].size, &p[1].file_offset, &p[1].buf_offset, &p[1].bytes,
+                              cs(stream_)).err,
+              CU_FILE_SUCCESS);
+    ASSERT_EQ(drv()->StreamSynchronize(stream_), cu::CUDA_SUCCESS);
+    EXPECT_EQ(p[1].bytes, 4096);
+    EXPECT_EQ(first_mismatch(buf_->read_back(3 * MiB, 4096).data(), shadow_.data() + 8192, 4096), "");
+  }
+}
+
+// Several threads submitting to the same stream at once (CUDA streams are thread-safe; the
+// NULL stream is the common case). Each op must come out whole, whatever the interleaving of
+// the submissions.
+TEST_F(StreamTest, ConcurrentSubmittersOnOneStream) {
+  SCOPED_TRACE("seed=" + std::to_string(seed_));
+  Watchdog dog(std::chrono::seconds(120), "ConcurrentSubmittersOnOneStream");
+  constexpr int kThreads = 8, kOps = 64, kRounds = 10;
+  constexpr size_t kSlot = 16 * KiB;
+  std::string why;
+  auto b = Buffer::make(Mem::device, kThreads * kOps * kSlot, &why);
+  ASSERT_TRUE(b) << why;
+  // Parameter blocks must stay put until the stream ran the ops: one pinned block each.
+  void* mem = nullptr;
+  ASSERT_EQ(drv()->MemHostAlloc(&mem, kThreads * kOps * sizeof(Params), 0), cu::CUDA_SUCCESS);
+  AtExit free_mem([&] { drv()->MemFreeHost(mem); });
+  auto* ps = static_cast<Params*>(mem);
+  for (cu::CUstream s : {stream_, static_cast<cu::CUstream>(nullptr)}) {
+    for (int round = 0; round < kRounds; ++round) {
+      SCOPED_TRACE(std::string(s ? "created stream" : "NULL stream") + ", round " + std::to_string(round));
+      b->fill(0, b->size(), 0);
+      std::vector<std::string> errors(kThreads);
+      std::atomic<int> ready{0};
+      std::vector<std::thread> ts;
+      for (int t = 0; t < kThreads; ++t) {
+        ts.emplace_back([&, t] {
+          bind_context();
+          Rng rng(seed_ + 1000 * t + round);
+          ++ready;
+          while (ready.load() < kThreads) std::this_thread::yield();
+          for (int i = 0; i < kOps; ++i) {
+            Params& p = ps[t * kOps + i];
+            p = Params{1 + rng.below(kSlot - 1), static_cast<off_t>(rng.below(6 * MiB)),
+                       static_cast<off_t>((t * kOps + i) * kSlot), 1};
+            if (cuFileReadAsync(h_.get(), b->ptr(), &p.size, &p.file_offset, &p.buf_offset, &p.bytes, cs(s)).err !=
+                CU_FILE_SUCCESS)
+              errors[t] = "submit " + std::to_string(i);
+          }
+        });
+      }
+      for (auto& th : ts) th.join();
+      ASSERT_EQ(drv()->StreamSynchronize(s), cu::CUDA_SUCCESS);
+      std::vector<uint8_t> all = b->read_back(0, b->size());
+      int bad = 0;
+      for (int t = 0; t < kThreads; ++t) {
+        EXPECT_EQ(errors[t], "") << "thread " << t;
+        for (int i = 0; i < kOps; ++i) {
+          const Params& p = ps[t * kOps + i];
+          std::string m = p.bytes == static_cast<ssize_t>(p.size)
+                              ? first_mismatch(all.data() + p.buf_offset, shadow_.data() + p.file_offset, p.size)
+                              : "bytes " + std::to_string(p.bytes) + " of " + std::to_string(p.size);
+          if (!m.empty() && bad++ < 3)
+            ADD_FAILURE() << "thread " << t << " op " << i << " (file offset " << p.file_offset << ", " << p.size
+                          << " bytes): " << m;
+        }
+      }
+      ASSERT_EQ(bad, 0) << "ops that came out wrong (another op's bytes in their place)";
+    }
+  }
+}
+
 // Many ops on several streams from several threads.
 TEST_F(StreamTest, ManyOpsOnSeveralStreams) {
   SCOPED_TRACE("seed=" + std::to_string(seed_));
