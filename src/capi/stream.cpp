@@ -6,22 +6,28 @@
 // copies run on the caller's stream itself, in stream order, and the host functions only do
 // kernel file IO on their own thread:
 //
-//   read:   [copy device -> staging]  [host fn: read file -> staging]  [copy staging -> device]
-//   write:  [copy device -> staging]  [host fn: write staging -> file]
+//   read:   per piece [copy device -> staging] [host fn: read file -> staging]
+//                     [copy staging -> device]                        then [host fn: finish]
+//   write:  per piece [copy device -> staging] [host fn: write staging -> file]
+//                                                                     then [host fn: finish]
 //
-// one such triple per piece of at most kPieceBytes, through one pinned staging buffer per
-// stream (the stream runs the pieces one after another, so one buffer is enough). The first
-// copy of a read puts the destination's own bytes into the staging buffer, so bytes the read
-// does not produce (end of file, a smaller size at execution) are written back unchanged.
+// Each op has a pinned staging buffer of its own (from a pool; at most kPieceBytes), used by
+// its pieces one after another. Ops of other threads may interleave with it on the same stream
+// without sharing memory. The first copy of a read puts the destination's own bytes into the
+// staging buffer, so bytes the read does not produce (end of file, a smaller size at execution)
+// are written back unchanged. The finish function runs after the last copy: it stores the
+// result in *bytes_p and gives the staging buffer back to the pool.
 //
 // Parameters: *size_p (up to its value at submission) and *file_offset_p are read when the
 // stream reaches the op, as cuFile does; the copies are enqueued at submission, so
 // *bufPtr_offset_p must keep its submission value (a changed one fails the op, writing
 // nothing). *bytes_p is 0 at submission and the result once the stream passed the op.
+#include <atomic>
 #include <cerrno>
 #include <memory>
 #include <mutex>
 #include <unordered_map>
+#include <vector>
 
 #include "capi/capi.hpp"
 #include "cuda/driver.hpp"
@@ -40,59 +46,79 @@ namespace {
 
 constexpr uint64_t kPieceBytes = 16ull << 20;
 
-// ---- per-stream state ----------------------------------------------------------------------
-
-struct StreamState {
-  bool registered = false;
-  unsigned flags = 0;
-  char* staging = nullptr;  // kPieceBytes of pinned memory, made at first use
-};
+// ---- per-stream registration ----------------------------------------------------------------
 
 std::mutex streams_mu;
-std::unordered_map<CUstream, StreamState>& streams() {
-  static auto* m = new std::unordered_map<CUstream, StreamState>();
+std::unordered_map<CUstream, unsigned>& registered_streams() {  // stream -> flags
+  static auto* m = new std::unordered_map<CUstream, unsigned>();
   return *m;
 }
 
-// The stream's staging buffer, made on first use (on the submitting thread: allocation is a
-// CUDA call, which host functions may not make).
-Error staging_for(CUstream stream, char** out, unsigned* flags) {
+unsigned stream_flags(CUstream s) {
   std::lock_guard lock(streams_mu);
-  StreamState& st = streams()[stream];
-  if (st.staging == nullptr) {
-    void* p = nullptr;
-    if (Error e = cuda::alloc_pinned(kPieceBytes, &p)) return e;
-    st.staging = static_cast<char*>(p);
+  auto it = registered_streams().find(s);
+  return it == registered_streams().end() ? 0u : it->second;
+}
+
+// ---- staging pool --------------------------------------------------------------------------
+// Buffers are made on submitting threads (allocation is a CUDA call, which host functions may
+// not make) and given back by host functions (no CUDA call), in power-of-two sizes.
+
+std::mutex pool_mu;
+std::unordered_map<uint64_t, std::vector<char*>>& pool() {
+  static auto* m = new std::unordered_map<uint64_t, std::vector<char*>>();
+  return *m;
+}
+
+uint64_t staging_size(uint64_t op_bytes) {
+  uint64_t size = 64 << 10;
+  while (size < op_bytes && size < kPieceBytes) size <<= 1;
+  return size;
+}
+
+Error take_staging(uint64_t size, char** out) {
+  {
+    std::lock_guard lock(pool_mu);
+    auto& free = pool()[size];
+    if (!free.empty()) {
+      *out = free.back();
+      free.pop_back();
+      return Error::none();
+    }
   }
-  *out = st.staging;
-  *flags = st.flags;
+  void* p = nullptr;
+  if (Error e = cuda::alloc_pinned(size, &p)) return e;
+  *out = static_cast<char*>(p);
   return Error::none();
 }
 
-void free_staging(StreamState& st) {
-  // cuMemFreeHost waits for all queued work, so pieces still queued finish first.
-  cuda::free_pinned(st.staging, kPieceBytes);
-  st.staging = nullptr;
+void give_staging(uint64_t size, char* buf) {
+  std::lock_guard lock(pool_mu);
+  pool()[size].push_back(buf);
 }
 
 // ---- ops -----------------------------------------------------------------------------------
 
 struct OpState {
-  IoKind kind;
-  CUfileHandle_t fh;
-  size_t* size_p;
-  off_t* file_offset_p;
-  off_t* buf_offset_p;
-  ssize_t* bytes_p;
-  uint64_t max_size;       // *size_p at submission: what the copies cover
-  off_t submitted_buf_off;
-  char* staging;
+  IoKind kind = IoKind::read;
+  CUfileHandle_t fh = nullptr;
+  size_t* size_p = nullptr;
+  off_t* file_offset_p = nullptr;
+  off_t* buf_offset_p = nullptr;
+  ssize_t* bytes_p = nullptr;
+  uint64_t max_size = 0;       // *size_p at submission: what the copies cover
+  off_t submitted_buf_off = 0;
+  char* staging = nullptr;
+  uint64_t staging_bytes = 0;
   // Filled by the first piece's host function, from the parameters as they are then.
   uint64_t size = 0;
   int64_t file_off = 0;
   uint64_t done = 0;
   bool stopped = false;    // end of file or a failure: later pieces move nothing
   Error error;
+  // Set by the submitting thread when queueing failed part way: pieces already queued run
+  // but move nothing.
+  std::atomic<bool> abandoned{false};
 };
 
 struct Piece {
@@ -100,7 +126,6 @@ struct Piece {
   uint64_t off;  // within the op
   uint64_t len;  // at most, as covered by the copies
   bool first;
-  bool last;
 };
 
 void read_parameters(OpState& op) {
@@ -114,6 +139,7 @@ void read_parameters(OpState& op) {
 void run_piece(void* arg) {
   std::unique_ptr<Piece> piece(static_cast<Piece*>(arg));
   OpState& op = *piece->op;
+  if (op.abandoned.load(std::memory_order_acquire)) return;
   try {
     if (piece->first) read_parameters(op);
     if (op.error.ok() && !op.stopped && piece->off < op.size) {
@@ -133,29 +159,47 @@ void run_piece(void* arg) {
   } catch (...) {
     op.error = Error::of(Errc::internal);
   }
-  if (piece->last)
-    *op.bytes_p = op.error.ok() ? static_cast<ssize_t>(op.done) : gpufile::capi::negative_code(op.error);
+}
+
+// After the op's last copy: the result, and the staging buffer back to the pool.
+void finish_op(void* arg) {
+  std::unique_ptr<std::shared_ptr<OpState>> holder(static_cast<std::shared_ptr<OpState>*>(arg));
+  OpState& op = **holder;
+  *op.bytes_p = op.error.ok() ? static_cast<ssize_t>(op.done) : gpufile::capi::negative_code(op.error);
+  give_staging(op.staging_bytes, op.staging);
 }
 
 bool aligned_4k(uint64_t v) { return (v & 4095) == 0; }
 
-// Queues the copies and host functions of every piece on the stream.
+// Queues the copies and host functions of every piece, then the finish function. If queueing
+// fails part way, what was queued still runs but moves no file data (the op is marked failed),
+// and the staging buffer is not reused: a queued copy may still touch it.
 Error enqueue(const std::shared_ptr<OpState>& op, cuda::CUdeviceptr dst, cuda::CUstream s) {
   const cuda::Driver* d = cuda::driver();
-  const uint64_t pieces = op->max_size == 0 ? 1 : (op->max_size + kPieceBytes - 1) / kPieceBytes;
-  for (uint64_t k = 0; k < pieces; ++k) {
-    uint64_t off = k * kPieceBytes;
-    uint64_t len = std::min(kPieceBytes, op->max_size - off);
-    auto piece = std::make_unique<Piece>(Piece{op, off, len, k == 0, k + 1 == pieces});
-    cuda::CUresult r = cuda::CUDA_SUCCESS;
+  const uint64_t step = op->staging_bytes;
+  const uint64_t pieces = op->max_size == 0 ? 1 : (op->max_size + step - 1) / step;
+  cuda::CUresult r = cuda::CUDA_SUCCESS;
+  for (uint64_t k = 0; k < pieces && r == cuda::CUDA_SUCCESS; ++k) {
+    uint64_t off = k * step;
+    uint64_t len = std::min(step, op->max_size - off);
+    auto piece = std::make_unique<Piece>(Piece{op, off, len, k == 0});
     if (len > 0) r = d->MemcpyDtoHAsync(op->staging, dst + off, len, s);
     if (r == cuda::CUDA_SUCCESS) r = d->LaunchHostFunc(s, run_piece, piece.get());
-    if (r != cuda::CUDA_SUCCESS) return Error::cu(r);
-    piece.release();  // run_piece owns it now
-    if (op->kind == IoKind::read && len > 0) {
+    if (r == cuda::CUDA_SUCCESS) piece.release();  // run_piece owns it now
+    if (r == cuda::CUDA_SUCCESS && op->kind == IoKind::read && len > 0)
       r = d->MemcpyHtoDAsync(dst + off, op->staging, len, s);
-      if (r != cuda::CUDA_SUCCESS) return Error::cu(r);
-    }
+  }
+  if (r == cuda::CUDA_SUCCESS) {
+    auto holder = std::make_unique<std::shared_ptr<OpState>>(op);
+    r = d->LaunchHostFunc(s, finish_op, holder.get());
+    if (r == cuda::CUDA_SUCCESS) holder.release();
+  }
+  if (r != cuda::CUDA_SUCCESS) {
+    op->abandoned.store(true, std::memory_order_release);
+    GPUFILE_LOG(gpufile::LogLevel::error,
+                "stream op: queueing failed (CUresult %d); %llu bytes of staging memory are "
+                "not reused", r, static_cast<unsigned long long>(op->staging_bytes));
+    return Error::cu(r);
   }
   return Error::none();
 }
@@ -200,10 +244,7 @@ Error submit(IoKind kind, CUfileHandle_t fh, void* base, size_t* size_p, off_t* 
     return e;
   const cuda::MemInfo mem = probe->job.mem;
   probe.reset();
-  char* staging = nullptr;
-  unsigned flags = 0;
-  if (Error e = staging_for(stream, &staging, &flags)) return e;
-  if (flags & CU_FILE_STREAM_PAGE_ALIGNED_INPUTS) {
+  if (stream_flags(stream) & CU_FILE_STREAM_PAGE_ALIGNED_INPUTS) {
     if (!aligned_4k(*size_p) || !aligned_4k(static_cast<uint64_t>(*file_offset_p)) ||
         !aligned_4k(static_cast<uint64_t>(*buf_offset_p)))
       return Error::of(Errc::invalid_argument);
@@ -218,8 +259,20 @@ Error submit(IoKind kind, CUfileHandle_t fh, void* base, size_t* size_p, off_t* 
     op.release();
     return Error::none();
   }
-  auto op = std::make_shared<OpState>(OpState{kind, fh, size_p, file_offset_p, buf_offset_p,
-                                              bytes_p, *size_p, *buf_offset_p, staging});
+  const uint64_t staging_bytes = staging_size(*size_p);
+  char* staging = nullptr;
+  if (Error e = take_staging(staging_bytes, &staging)) return e;
+  auto op = std::make_shared<OpState>();
+  op->kind = kind;
+  op->fh = fh;
+  op->size_p = size_p;
+  op->file_offset_p = file_offset_p;
+  op->buf_offset_p = buf_offset_p;
+  op->bytes_p = bytes_p;
+  op->max_size = *size_p;
+  op->submitted_buf_off = *buf_offset_p;
+  op->staging = staging;
+  op->staging_bytes = staging_bytes;
   auto dst = reinterpret_cast<cuda::CUdeviceptr>(base) + static_cast<uint64_t>(*buf_offset_p);
   return enqueue(op, dst, s);
 }
@@ -241,9 +294,11 @@ CUfileError_t submit_guarded(const char* what, IoKind kind, CUfileHandle_t fh, v
 namespace gpufile::capi {
 
 void release_stream_staging() {
-  std::lock_guard lock(streams_mu);
-  for (auto& [stream, st] : streams()) free_staging(st);
-  streams().clear();
+  // Buffers of ops still queued are not in the pool; they come back to it when those ops finish.
+  std::lock_guard lock(pool_mu);
+  for (auto& [size, bufs] : pool())
+    for (char* b : bufs) cuda::free_pinned(b, size);
+  pool().clear();
 }
 
 }  // namespace gpufile::capi
@@ -270,10 +325,8 @@ CUfileError_t cuFileStreamRegister(CUstream stream, unsigned flags) {
     if (d == nullptr) return Error::cu(cuda::CUDA_ERROR_NO_DEVICE);
     {
       std::lock_guard lock(streams_mu);
-      StreamState& st = streams()[stream];
-      if (st.registered) return Error::of(Errc::invalid_argument);
-      st.registered = true;
-      st.flags = flags;
+      if (!registered_streams().emplace(stream, flags).second)
+        return Error::of(Errc::invalid_argument);
     }
     // cuFile synchronises the stream at registration; callers rely on it.
     if (cuda::CUresult r = d->StreamSynchronize(reinterpret_cast<cuda::CUstream>(stream));
@@ -286,11 +339,7 @@ CUfileError_t cuFileStreamRegister(CUstream stream, unsigned flags) {
 CUfileError_t cuFileStreamDeregister(CUstream stream) {
   return guarded(__func__, [&] {
     std::lock_guard lock(streams_mu);
-    auto it = streams().find(stream);
-    if (it == streams().end() || !it->second.registered) return Error::of(Errc::invalid_argument);
-    free_staging(it->second);
-    streams().erase(it);
-    return Error::none();
+    return registered_streams().erase(stream) ? Error::none() : Error::of(Errc::invalid_argument);
   });
 }
 

@@ -161,21 +161,21 @@ static inline const char *cudaGetErrorString(cudaError_t e) {
     case cudaSuccess: return "no error";
     case cudaErrorInvalidValue: return "invalid argument";
     case cudaErrorMemoryAllocation: return "out of memory";
-    case cudaErrorInitializationError: return "initialization error";
-    case cudaErrorCudartUnloading: return "driver shutting down";
-    case cudaErrorStubLibrary: return "CUDA driver is a stub library";
-    case cudaErrorInsufficientDriver: return "CUDA driver version is insufficient";
-    case cudaErrorNoDevice: return "no CUDA-capable device is detected";
-    case cudaErrorInvalidDevice: return "invalid device ordinal";
-    case cudaErrorDeviceUninitialized: return "invalid device context";
-    case cudaErrorInvalidResourceHandle: return "invalid resource handle";
-    case cudaErrorNotReady: return "device not ready";
-    case cudaErrorIllegalAddress: return "an illegal memory access was encountered";
-    case cudaErrorContextIsDestroyed: return "context is destroyed";
+    case cudaErrorInitializationError: return "the runtime is not initialised";
+    case cudaErrorCudartUnloading: return "the runtime is unloading";
+    case cudaErrorStubLibrary: return "the driver library is only a stub";
+    case cudaErrorInsufficientDriver: return "the driver is too old";
+    case cudaErrorNoDevice: return "no device found";
+    case cudaErrorInvalidDevice: return "no device with that number";
+    case cudaErrorDeviceUninitialized: return "the device context is not valid";
+    case cudaErrorInvalidResourceHandle: return "the handle is not valid";
+    case cudaErrorNotReady: return "work still pending";
+    case cudaErrorIllegalAddress: return "the device touched memory it may not";
+    case cudaErrorContextIsDestroyed: return "the context was destroyed";
     case cudaErrorHostMemoryAlreadyRegistered: return "memory range is already registered";
     case cudaErrorHostMemoryNotRegistered: return "memory range is not registered";
-    case cudaErrorNotPermitted: return "operation not permitted";
-    case cudaErrorNotSupported: return "operation not supported";
+    case cudaErrorNotPermitted: return "not permitted here";
+    case cudaErrorNotSupported: return "not supported";
     default: return "unknown error";
   }
 }
