@@ -35,7 +35,7 @@ Error Worker::init(std::string* why) {
   if (Error e = cuda::alloc_pinned(slabs_bytes_, &mem)) return e;
   slabs_ = static_cast<char*>(mem);
   for (size_t i = 0; i < slots_.size(); ++i) slots_[i].slab = slabs_ + i * cfg_.slab_bytes;
-  unsigned depth = std::max<unsigned>(cfg_.ring_depth, slots_.size() * 3);
+  unsigned depth = std::max<unsigned>(cfg_.ring_depth, slots_.size() * kSegsPerSlot);
   engine_ = io::make_engine(cfg_.engine, depth, why);
   if (!engine_) return Error::of(Errc::io_not_supported);
   iovec iov{slabs_, slabs_bytes_};

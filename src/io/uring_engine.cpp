@@ -59,11 +59,18 @@ class UringEngine final : public Engine {
   }
 
   unsigned reap(Completion* out, unsigned max, bool wait) override {
+    if (wait && in_flight() > 0 && !io_uring_cq_ready(&ring_)) {
+      // Submit whatever is still queued (a failed submit() may have left some) and wait for
+      // one completion in the same call, so a wait can never outlive unsubmitted work.
+      int r;
+      do r = io_uring_submit_and_wait(&ring_, 1);
+      while (r == -EINTR);
+      if (r >= 0) queued_ = 0;
+    }
     unsigned n = 0;
     io_uring_cqe* cqe = nullptr;
     while (n < max) {
-      int r = (wait && n == 0 && in_flight() > 0) ? io_uring_wait_cqe(&ring_, &cqe)
-                                                  : io_uring_peek_cqe(&ring_, &cqe);
+      int r = io_uring_peek_cqe(&ring_, &cqe);
       if (r == -EINTR) continue;
       if (r < 0 || cqe == nullptr) break;
       unsigned slot = static_cast<unsigned>(io_uring_cqe_get_data64(cqe));
