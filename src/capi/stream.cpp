@@ -295,10 +295,14 @@ namespace gpufile::capi {
 
 void release_stream_staging() {
   // Buffers of ops still queued are not in the pool; they come back to it when those ops finish.
-  std::lock_guard lock(pool_mu);
-  for (auto& [size, bufs] : pool())
+  // Free outside the lock: cuMemFreeHost waits for queued work, whose finish functions take it.
+  std::unordered_map<uint64_t, std::vector<char*>> freeing;
+  {
+    std::lock_guard lock(pool_mu);
+    freeing.swap(pool());
+  }
+  for (auto& [size, bufs] : freeing)
     for (char* b : bufs) cuda::free_pinned(b, size);
-  pool().clear();
 }
 
 }  // namespace gpufile::capi
