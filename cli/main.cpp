@@ -56,6 +56,7 @@ int main(int argc, char** argv) {
   std::string cmd = argv[1];
   if (cmd == "demo") return gpufile::cli::demo(argc - 1, argv + 1);
   if (cmd == "check") return gpufile::cli::check(argc - 1, argv + 1);
+  if (cmd == "bench") return gpufile::cli::bench(argc - 1, argv + 1);
   if (cmd == "version" || cmd == "--version") {
     std::printf("gpufile 0.1.0 (cuFile API 1.15)\n");
     return 0;

@@ -1,0 +1,170 @@
+#!/usr/bin/env python3
+"""End-to-end checks of `gpufile bench` (gdsio-compatible benchmark).
+
+usage: bench_test.py GPUFILE [--quick]
+
+Runs the CLI binary as a user would and checks what it prints: the gdsio result line, the
+verification pass, --json, corruption detection and flag errors. With the CUDA driver test
+double the "GPU" buffers are the double's device memory; --quick is the smaller set run with
+no driver at all, where host memory stands in for the GPU.
+"""
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+
+MIB = 1 << 20
+FILE_SIZE = 8 * MIB
+THREADS = 2
+LABELS = {0: "GPUD", 1: "CPUONLY", 2: "CPU_GPU", 5: "GPUD_ASYNC", 6: "GPU_BATCH"}
+
+RESULT_LINE = re.compile(
+    r"^IoType: (?P<io>READ|WRITE|RANDREAD|RANDWRITE) XferType: (?P<xfer>\S+) "
+    r"Threads: (?P<threads>\d+)(?: IoDepth: (?P<depth>\d+))? "
+    r"DataSetSize: (?P<done>\d+)/(?P<total>\d+)\(KiB\) IOSize: (?P<io_kib>\d+)\(KiB\) "
+    r"Throughput: (?P<gibps>\d+\.\d{6}) GiB/sec, Avg_Latency: (?P<lat>\d+\.\d{6}) usecs "
+    r"ops: (?P<ops>\d+) total_time (?P<secs>\d+\.\d{6}) secs$")
+
+failures = []
+
+
+def check(cond, what):
+    if not cond:
+        failures.append(what)
+        print("FAIL:", what, flush=True)
+    return cond
+
+
+def bench(*args):
+    return subprocess.run([GPUFILE, "bench", *map(str, args)], capture_output=True, text=True,
+                          timeout=60)
+
+
+def result_lines(out):
+    found = [RESULT_LINE.match(l) for l in out.splitlines() if l.startswith("IoType:")]
+    check(all(found), f"every result line parses:\n{out}")
+    return [m for m in found if m]
+
+
+def check_one_pass(m, xfer, io_size, what):
+    """A pass without -T moves exactly the data set, in whole IOs, with the right labels."""
+    done, total, ops = int(m["done"]), int(m["total"]), int(m["ops"])
+    check(m["xfer"] == LABELS[xfer], f"{what}: label {m['xfer']}")
+    check(done == total == FILE_SIZE // 1024, f"{what}: DataSetSize {done}/{total}")
+    check(int(m["io_kib"]) * 1024 == io_size, f"{what}: IOSize {m['io_kib']}")
+    check(ops * io_size == done * 1024, f"{what}: ops {ops} x IOSize != done")
+    if xfer == 6:
+        check(m["threads"] == "1" and m["depth"] == str(THREADS), f"{what}: batch Threads/IoDepth")
+    else:
+        check(m["threads"] == str(THREADS) and m["depth"] is None, f"{what}: Threads")
+    check(float(m["secs"]) > 0 and float(m["lat"]) > 0, f"{what}: time and latency > 0")
+
+
+def write_then_read(path, xfer, io_size, random):
+    """-V write (with its built-in read-back), then a separate -V read of the same file."""
+    writes, reads = (3, 2) if random else (1, 0)
+    common = ["-f", path, "-s", FILE_SIZE, "-i", io_size, "-w", THREADS, "-x", xfer, "-k", 11, "-V"]
+    what = f"-x {xfer} -i {io_size} {'random' if random else 'sequential'}"
+    w = bench(*common, "-I", writes)
+    if not check(w.returncode == 0, f"{what}: write rc {w.returncode}: {w.stderr}"):
+        return
+    check("Verifying data" in w.stdout.splitlines(), f"{what}: 'Verifying data' line")
+    lines = result_lines(w.stdout)
+    want = ["RANDWRITE", "RANDREAD"] if random else ["WRITE", "READ"]
+    check([m["io"] for m in lines] == want, f"{what}: IoTypes {[m['io'] for m in lines]}")
+    for m in lines:
+        check_one_pass(m, xfer, io_size, what)
+    r = bench(*common, "-I", reads)
+    if check(r.returncode == 0, f"{what}: read rc {r.returncode}: {r.stderr}"):
+        for m in result_lines(r.stdout):
+            check_one_pass(m, xfer, io_size, what + " read")
+
+
+def flip_byte(path, offset):
+    with open(path, "r+b") as f:
+        f.seek(offset)
+        b = f.read(1)
+        f.seek(offset)
+        f.write(bytes([b[0] ^ 0x40]))
+
+
+def corruption_is_caught(path):
+    block = 64 * 1024
+    bad_block = 50 * block
+    w = bench("-f", path, "-s", FILE_SIZE, "-i", block, "-w", THREADS, "-x", 0, "-I", 1, "-V")
+    check(w.returncode == 0, f"corruption setup: {w.stderr}")
+    flip_byte(path, bad_block + 1234)
+    r = bench("-f", path, "-s", FILE_SIZE, "-i", block, "-w", THREADS, "-x", 0, "-I", 0, "-V")
+    check(r.returncode not in (0, 2), f"corrupt read: rc {r.returncode}")
+    check("verification failed" in r.stderr and f"offset {bad_block}" in r.stderr,
+          f"corrupt read names the offset: {r.stderr}")
+    # Another seed's data reads as stale, even though every block is intact.
+    w = bench("-f", path, "-s", FILE_SIZE, "-i", block, "-w", THREADS, "-I", 1, "-V", "-k", 1)
+    r = bench("-f", path, "-s", FILE_SIZE, "-i", block, "-w", THREADS, "-I", 0, "-V", "-k", 2)
+    check(r.returncode == 1 and "stale" in r.stderr, f"stale data: {r.returncode} {r.stderr}")
+
+
+def per_thread_files_and_json(tmp):
+    w = bench("-D", tmp, "-s", 4 * MIB, "-i", MIB, "-w", THREADS, "-x", 6, "-I", 1, "--json")
+    check(w.returncode == 0, f"-D write: {w.stderr}")
+    check(all(os.path.getsize(os.path.join(tmp, f"gdsio.{n}")) == 4 * MIB for n in range(THREADS)),
+          "-D makes one file per thread")
+    m = result_lines(w.stdout)[0]
+    check(int(m["total"]) == THREADS * 4 * 1024, f"-D total is w x s: {m['total']}")
+    doc = json.loads([l for l in w.stdout.splitlines() if l.startswith("{")][0])
+    for key in ("io_type", "xfer_type", "threads", "io_depth", "dataset_done_kib",
+                "dataset_total_kib", "io_size_kib", "throughput_gib_s", "avg_latency_us", "ops",
+                "total_time_s", "p50_latency_us", "p99_latency_us", "max_latency_us",
+                "cpu_s_per_gib"):
+        check(key in doc, f"json has {key}")
+    check(doc.get("ops") == int(m["ops"]) and doc.get("io_depth") == THREADS, "json matches line")
+    p50, p99, top = (doc.get(k, -1) for k in ("p50_latency_us", "p99_latency_us", "max_latency_us"))
+    check(0 < p50 <= p99 <= top, "json percentiles ordered")
+    t = bench("-D", tmp, "-s", 4 * MIB, "-i", MIB, "-w", THREADS, "-x", 1, "-I", 0, "-T", 1)
+    m = result_lines(t.stdout)[0] if check(t.returncode == 0, f"-T read: {t.stderr}") else None
+    if m:
+        check(int(m["done"]) > int(m["total"]), f"-T wraps: {m['done']}/{m['total']}")
+        check(0.9 < float(m["secs"]) < 3, f"-T 1 takes about a second: {m['secs']}")
+
+
+def bad_flags_give_usage(path):
+    cases = [["-f", path, "-s", "8M", "-i", "64K", "-Z"],          # unknown flag
+             ["-f", path, "-i", "64K"],                            # no size
+             ["-f", path, "-s", "8M", "-i", "64K", "-x", "3"],     # type not implemented
+             ["-f", path, "-s", "8M", "-i", "64K", "-x", "9"],     # no such type
+             ["-f", path, "-s", "8M", "-i", "64K", "-I", "4"],
+             ["-f", path, "-D", os.path.dirname(path), "-s", "8M", "-i", "64K"],
+             ["-f", path, "-s", "lots", "-i", "64K"],
+             ["-f", path, "-s", "8M", "-i"]]
+    for args in cases:
+        r = bench(*args)
+        check(r.returncode == 2 and "usage:" in r.stderr, f"{args}: rc {r.returncode}")
+    check(bench("-h").returncode == 0, "-h exits 0")
+
+
+def main():
+    global GPUFILE
+    GPUFILE = sys.argv[1]
+    quick = "--quick" in sys.argv[2:]
+    # The build tree rather than /tmp: /tmp may be tmpfs, which has no O_DIRECT.
+    with tempfile.TemporaryDirectory(prefix="bench-test.", dir=os.getcwd()) as tmp:
+        path = os.path.join(tmp, "data")
+        for xfer in LABELS:
+            for io_size in ([MIB] if quick else [64 * 1024, MIB]):
+                for random in ([False] if quick else [False, True]):
+                    write_then_read(path, xfer, io_size, random)
+        if quick:
+            r = bench("-f", path, "-s", FILE_SIZE, "-i", MIB, "-x", 0)
+            check("no GPU" in r.stderr, f"no-GPU note: {r.stderr}")
+        else:
+            corruption_is_caught(path)
+            per_thread_files_and_json(tmp)
+            bad_flags_give_usage(path)
+    print(f"{len(failures)} failure(s)")
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
