@@ -55,6 +55,10 @@ echo -n "shm:  "; "$C" gpufile /dev/shm/gpufile-bench.bin
 echo -n "shm:  "; "$C" naive /dev/shm/gpufile-bench.bin
 echo -n "ext4: "; "$C" gpufile-write $F
 echo -n "shm:  "; "$C" gpufile-write /dev/shm/gpufile-bench.bin
+log "gpufile bench (gdsio flags): warm file, 1 MiB IO, 8 threads"
+G="$B/cli/gpufile"
+for x in 0 2 5 6; do "$G" bench -f $F -s ${GIB}G -i 1M -w 8 -x $x -I 0 || status=1; done
+"$G" bench -f $F -s ${GIB}G -i 4K -w 8 -x 0 -I 2 -T 5 --json || status=1
 rm -f /dev/shm/gpufile-bench.bin
 
 log "the main job (gpufile demo), cold file on /"

@@ -202,6 +202,9 @@ Error fill_file_ref(FileHandle& h, DirectIoPolicy policy) {
   if (h.user_direct) {
     int fd = reopen(h.user_fd, h.access);
     if (fd >= 0) r.fd_buffered = h.own_buffered = fd;
+    // No readahead on our page-cache fd: pages read ahead asynchronously can land in the cache
+    // after an O_DIRECT write of the same range has invalidated it, leaving stale data there.
+    if (fd >= 0) posix_fadvise(fd, 0, 0, POSIX_FADV_RANDOM);
     // Without a buffered fd of our own, the caller's O_DIRECT fd must serve everything.
     if (policy != DirectIoPolicy::never || fd < 0) r.fd_direct = h.user_fd;
   } else if (policy != DirectIoPolicy::never) {
