@@ -19,28 +19,15 @@ uint64_t seed() {
   return s;
 }
 
-Watchdog::Watchdog(std::chrono::seconds limit) {
+namespace {
+std::string running_test() {
   const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
   std::string name = info ? std::string(info->test_suite_name()) + "." + info->name() : "?";
-  thread_ = std::thread([this, limit, name] {
-    std::unique_lock lock(mu_);
-    if (cv_.wait_for(lock, limit, [this] { return done_; })) return;
-    std::fprintf(stderr, "watchdog: %s still running after %lld s: a hang. FAULT_SEED=%llu\n",
-                 name.c_str(), static_cast<long long>(limit.count()),
-                 static_cast<unsigned long long>(seed()));
-    std::fflush(stderr);
-    _exit(1);
-  });
+  return name + " (FAULT_SEED=" + std::to_string(seed()) + ")";
 }
+}  // namespace
 
-Watchdog::~Watchdog() {
-  {
-    std::lock_guard lock(mu_);
-    done_ = true;
-  }
-  cv_.notify_one();
-  thread_.join();
-}
+Watchdog::Watchdog(std::chrono::seconds limit) : test_support::Watchdog(limit, running_test()) {}
 
 GuardedBuffer::GuardedBuffer(size_t size, size_t misalign) : size_(size) {
   total_ = (kGuard + misalign + size + kGuard + 4095) & ~size_t{4095};

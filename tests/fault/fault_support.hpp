@@ -7,6 +7,8 @@
 // environment, else a fixed default; a failing test prints it.
 #pragma once
 
+#include "watchdog.hpp"
+
 #include <cufile.h>
 #include <gtest/gtest.h>
 #include <unistd.h>
@@ -28,20 +30,10 @@ namespace fault {
 
 uint64_t seed();
 
-// Calls _exit(1) with a message if not destroyed within `limit`: a hung IO must fail the test
-// (each test runs in its own process under ctest), not block CI until its global timeout.
-class Watchdog {
+// tests/support/common/watchdog.hpp, naming the running test and its FAULT_SEED.
+class Watchdog : public test_support::Watchdog {
  public:
   explicit Watchdog(std::chrono::seconds limit);
-  ~Watchdog();
-  Watchdog(const Watchdog&) = delete;
-  Watchdog& operator=(const Watchdog&) = delete;
-
- private:
-  std::mutex mu_;
-  std::condition_variable cv_;
-  bool done_ = false;
-  std::thread thread_;
 };
 
 // Host memory whose `size` bytes start `misalign` bytes past a page boundary, between guard

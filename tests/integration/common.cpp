@@ -427,27 +427,6 @@ void CapiTest::TearDown() {
 
 // ---- never hang --------------------------------------------------------------------------------
 
-Watchdog::Watchdog(std::chrono::milliseconds limit, std::string what) {
-  thread_ = std::thread([this, limit, what = std::move(what)] {
-    std::unique_lock lock(mu_);
-    if (!cv_.wait_for(lock, limit, [this] { return done_; })) {
-      fprintf(stderr, "\nWATCHDOG: \"%s\" still running after %lld ms: the library hung. Aborting.\n",
-              what.c_str(), static_cast<long long>(limit.count()));
-      fflush(stderr);
-      std::_Exit(3);
-    }
-  });
-}
-
-Watchdog::~Watchdog() {
-  {
-    std::lock_guard lock(mu_);
-    done_ = true;
-  }
-  cv_.notify_all();
-  thread_.join();
-}
-
 struct StreamGate::State {
   std::mutex mu;
   std::condition_variable cv;

@@ -8,6 +8,8 @@
 // and their tests skip on a real driver.
 #pragma once
 
+#include "watchdog.hpp"
+
 #include <cufile.h>
 #include <fcntl.h>
 #include <gtest/gtest.h>
@@ -223,21 +225,7 @@ class CapiTest : public ::testing::Test {
 
 // ---- never hang --------------------------------------------------------------------------------
 
-// Ends the process with a message if the scope is still running after `limit`: a hung test
-// then fails in seconds instead of at CTest's timeout, and says where it hung.
-class Watchdog {
- public:
-  Watchdog(std::chrono::milliseconds limit, std::string what);
-  ~Watchdog();
-  Watchdog(const Watchdog&) = delete;
-  Watchdog& operator=(const Watchdog&) = delete;
-
- private:
-  std::mutex mu_;
-  std::condition_variable cv_;
-  bool done_ = false;
-  std::thread thread_;
-};
+using test_support::Watchdog;  // tests/support/common/watchdog.hpp
 
 // A host function that holds a CUDA stream until released (or until 30 s pass, so a failing test
 // cannot hang the stream for ever). Released on destruction too; the state the host function

@@ -8,6 +8,22 @@
 namespace capi_test {
 namespace {
 
+// Batch entry i (its cookie is i + 1, so a cookie names the entry).
+CUfileIOParams_t entry(CUfileHandle_t fh, CUfileOpcode_t op, void* base, off_t file_offset,
+                       off_t buf_offset, size_t size, unsigned i) {
+  CUfileIOParams_t p{};
+  p.mode = CUFILE_BATCH;
+  p.u.batch.devPtr_base = base;
+  p.u.batch.file_offset = file_offset;
+  p.u.batch.devPtr_offset = buf_offset;
+  p.u.batch.size = size;
+  p.fh = fh;
+  p.opcode = op;
+  p.cookie = reinterpret_cast<void*>(uintptr_t(i + 1));
+  return p;
+}
+
+
 constexpr size_t KiB = 1024, MiB = 1024 * 1024;
 constexpr uint64_t kFileSize = 24 * MiB;
 
@@ -279,15 +295,8 @@ TEST_F(BatchTest, TimeoutReturnsEarly) {
   ASSERT_TRUE(buf) << why;
   std::vector<CUfileIOParams_t> io(4);
   for (unsigned i = 0; i < 4; ++i) {
-    io[i] = CUfileIOParams_t{};
-    io[i].mode = CUFILE_BATCH;
-    io[i].u.batch.devPtr_base = buf->ptr();
-    io[i].u.batch.file_offset = static_cast<off_t>(i * MiB);
-    io[i].u.batch.devPtr_offset = static_cast<off_t>(i * MiB);
-    io[i].u.batch.size = 1 * MiB;
-    io[i].fh = handles_[0].get();
-    io[i].opcode = CUFILE_READ;
-    io[i].cookie = reinterpret_cast<void*>(uintptr_t(i + 1));
+    io[i] = entry(handles_[0].get(), CUFILE_READ, buf->ptr(), static_cast<off_t>(i * MiB),
+                  static_cast<off_t>(i * MiB), 1 * MiB, i);
   }
   delay(1000000);  // every copy waits 1 s
   AtExit undo([&] { delay(0); });
@@ -397,15 +406,9 @@ TEST_F(BatchTest, Cancel) {
   EXPECT_EQ(cuFileBatchIOCancel(b).err, CU_FILE_SUCCESS) << "cancel of an idle batch";
   std::vector<CUfileIOParams_t> io(n);
   for (unsigned i = 0; i < n; ++i) {
-    io[i] = CUfileIOParams_t{};
-    io[i].mode = CUFILE_BATCH;
-    io[i].u.batch.devPtr_base = buf->ptr();
-    io[i].u.batch.file_offset = static_cast<off_t>(i * 256 * KiB + 3);
-    io[i].u.batch.devPtr_offset = static_cast<off_t>(i * 256 * KiB);
-    io[i].u.batch.size = 256 * KiB - 3;
-    io[i].fh = handles_[i % 2].get();
-    io[i].opcode = CUFILE_READ;
-    io[i].cookie = reinterpret_cast<void*>(uintptr_t(i + 1));
+    io[i] = entry(handles_[i % 2].get(), CUFILE_READ, buf->ptr(),
+                  static_cast<off_t>(i * 256 * KiB + 3), static_cast<off_t>(i * 256 * KiB),
+                  256 * KiB - 3, i);
   }
   ASSERT_EQ(cuFileBatchIOSubmit(b, n, io.data(), 0).err, CU_FILE_SUCCESS);
   EXPECT_EQ(cuFileBatchIOCancel(b).err, CU_FILE_SUCCESS);
@@ -452,15 +455,9 @@ TEST_F(BatchTest, EntryFailingAtExecutionReportsFailed) {
   const unsigned n = 4;
   std::vector<CUfileIOParams_t> io(n);
   for (unsigned i = 0; i < n; ++i) {
-    io[i] = CUfileIOParams_t{};
-    io[i].mode = CUFILE_BATCH;
-    io[i].u.batch.devPtr_base = buf->ptr();
-    io[i].u.batch.file_offset = static_cast<off_t>(i * MiB + 5);
-    io[i].u.batch.devPtr_offset = static_cast<off_t>(i * MiB);
-    io[i].u.batch.size = 1 * MiB - 5;  // one chunk, one host-to-device copy each
-    io[i].fh = handles_[0].get();
-    io[i].opcode = CUFILE_READ;
-    io[i].cookie = reinterpret_cast<void*>(uintptr_t(i + 1));
+    // one chunk, one host-to-device copy each
+    io[i] = entry(handles_[0].get(), CUFILE_READ, buf->ptr(), static_cast<off_t>(i * MiB + 5),
+                  static_cast<off_t>(i * MiB), 1 * MiB - 5, i);
   }
   CUfileBatchHandle_t b = nullptr;
   ASSERT_EQ(cuFileBatchIOSetUp(&b, n).err, CU_FILE_SUCCESS);
@@ -504,15 +501,8 @@ TEST_F(BatchTest, CancelRacesCompletions) {
     const unsigned n = 1 + round % 64;
     std::vector<CUfileIOParams_t> io(n);
     for (unsigned i = 0; i < n; ++i) {
-      io[i] = CUfileIOParams_t{};
-      io[i].mode = CUFILE_BATCH;
-      io[i].u.batch.devPtr_base = buf->ptr();
-      io[i].u.batch.file_offset = static_cast<off_t>(i * 4096);
-      io[i].u.batch.devPtr_offset = static_cast<off_t>(i * 4096);
-      io[i].u.batch.size = 4096;
-      io[i].fh = handles_[round % 2].get();
-      io[i].opcode = CUFILE_READ;
-      io[i].cookie = reinterpret_cast<void*>(uintptr_t(i + 1));
+      io[i] = entry(handles_[round % 2].get(), CUFILE_READ, buf->ptr(),
+                    static_cast<off_t>(i * 4096), static_cast<off_t>(i * 4096), 4096, i);
     }
     CUfileBatchHandle_t b = nullptr;
     ASSERT_EQ(cuFileBatchIOSetUp(&b, n).err, CU_FILE_SUCCESS);
@@ -549,15 +539,9 @@ TEST_F(BatchTest, DestroyWithIoInFlight) {
     ASSERT_TRUE(buf) << why;
     std::vector<CUfileIOParams_t> io(n);
     for (unsigned i = 0; i < n; ++i) {
-      io[i] = CUfileIOParams_t{};
-      io[i].mode = CUFILE_BATCH;
-      io[i].u.batch.devPtr_base = buf->ptr();
-      io[i].u.batch.file_offset = static_cast<off_t>(i * 512 * KiB);
-      io[i].u.batch.devPtr_offset = static_cast<off_t>(i * 512 * KiB);
-      io[i].u.batch.size = 512 * KiB;
-      io[i].fh = handles_[i % 2].get();
-      io[i].opcode = (i % 3 == 0) ? CUFILE_WRITE : CUFILE_READ;
-      io[i].cookie = reinterpret_cast<void*>(uintptr_t(i + 1));
+      io[i] = entry(handles_[i % 2].get(), (i % 3 == 0) ? CUFILE_WRITE : CUFILE_READ,
+                    buf->ptr(), static_cast<off_t>(i * 512 * KiB),
+                    static_cast<off_t>(i * 512 * KiB), 512 * KiB, i);
     }
     CUfileBatchHandle_t b = nullptr;
     ASSERT_EQ(cuFileBatchIOSetUp(&b, n).err, CU_FILE_SUCCESS);
@@ -582,15 +566,8 @@ TEST_F(BatchTest, DriverCloseWithBatchInFlight) {
   ASSERT_TRUE(buf) << why;
   std::vector<CUfileIOParams_t> io(n);
   for (unsigned i = 0; i < n; ++i) {
-    io[i] = CUfileIOParams_t{};
-    io[i].mode = CUFILE_BATCH;
-    io[i].u.batch.devPtr_base = buf->ptr();
-    io[i].u.batch.file_offset = static_cast<off_t>(i * MiB);
-    io[i].u.batch.devPtr_offset = static_cast<off_t>(i * MiB);
-    io[i].u.batch.size = 1 * MiB;
-    io[i].fh = handles_[0].get();
-    io[i].opcode = CUFILE_READ;
-    io[i].cookie = reinterpret_cast<void*>(uintptr_t(i + 1));
+    io[i] = entry(handles_[0].get(), CUFILE_READ, buf->ptr(), static_cast<off_t>(i * MiB),
+                  static_cast<off_t>(i * MiB), 1 * MiB, i);
   }
   CUfileBatchHandle_t b = nullptr;
   ASSERT_EQ(cuFileBatchIOSetUp(&b, n).err, CU_FILE_SUCCESS);
