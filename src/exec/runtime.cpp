@@ -1,6 +1,7 @@
 #include "exec/runtime.hpp"
 
 #include <fcntl.h>
+#include <pthread.h>
 #include <sys/vfs.h>
 #include <unistd.h>
 
@@ -268,6 +269,25 @@ Runtime& Runtime::instance() {
   // gone at exit (the crashes other cuFile users hit there).
   static Runtime* r = new Runtime();
   return *r;
+}
+
+Runtime::Runtime() {
+  pthread_atfork([] { instance().before_fork(); }, [] { instance().after_fork_in_parent(); },
+                 [] { instance().after_fork_in_child(); });
+}
+
+// The lock is held across fork() so the child gets it in a known state.
+void Runtime::before_fork() { mu_.lock(); }
+void Runtime::after_fork_in_parent() { mu_.unlock(); }
+
+void Runtime::after_fork_in_child() {
+  if (session_) {
+    // Its workers do not exist here and its locks may be held by threads that do not either:
+    // leak it rather than run its destructor.
+    new std::shared_ptr<Session>(std::move(session_));
+    use_count_ = 0;
+  }
+  mu_.unlock();
 }
 
 Error Runtime::open_locked() {

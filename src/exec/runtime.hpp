@@ -113,8 +113,14 @@ class Runtime {
                       int64_t file_offset, int64_t buffer_offset);
 
  private:
-  Runtime() = default;
+  Runtime();
   std::shared_ptr<Session> session() const;
+  // fork(): the child inherits the session but none of its worker threads, so it would wait for
+  // ever on the first IO. The child forgets the session (leaked, never touched again) and starts
+  // a new one at its next call.
+  void before_fork();
+  void after_fork_in_parent();
+  void after_fork_in_child();
   Error open_locked();
 
   mutable std::mutex mu_;
