@@ -8,5 +8,5 @@ cd "$(dirname "$0")/.."
 source scripts/deps.sh
 gpufile_install_deps
 cmake -S . -B build/release -G Ninja -DCMAKE_BUILD_TYPE=Release -DBUILD_TESTING=OFF >/dev/null
-cmake --build build/release --target gpufile_cli
+cmake --build build/release
 exec build/release/cli/gpufile demo "$@"

@@ -174,8 +174,10 @@ Error start_session(Session& s) {
   }
   s.exec = std::make_unique<exec::Executor>(executor_config(s.settings));
   if (Error e = s.exec->start()) return e;
+  // At ERROR level so that the default configuration (cuFile's logging.level is ERROR) shows
+  // it: losing io_uring is the one fallback an operator must be able to see.
   if (!s.exec->engine_note().empty() && s.settings.engine == EnginePolicy::automatic)
-    GPUFILE_LOG(LogLevel::warn, "%s", s.exec->engine_note().c_str());
+    GPUFILE_LOG(LogLevel::error, "%s", s.exec->engine_note().c_str());
   s.small.init(s.settings.small_io_threshold_kb * 1024 + 2 * kMaxDioAlign, 16);
   return Error::none();
 }
