@@ -1,9 +1,11 @@
 // cuFile driver lifetime and properties.
 #include <cstdio>
+#include <functional>
 #include <string>
 
 #include "capi/capi.hpp"
 #include "cuda/driver.hpp"
+#include "exec/driver_state.hpp"
 #include "exec/runtime.hpp"
 
 #undef cuFileDriverClose  // the header maps it to _v2; both symbols are exported
@@ -63,6 +65,11 @@ Error bar1_size_kb(int gpu, size_t* kb) {
   return Error::none();
 }
 
+// Runs fn on the open session's settings: the property calls need an open driver.
+Error on_open_settings(const std::function<void(Settings&)>& fn) {
+  return gpufile::with_open_settings(fn) ? Error::none() : Error::of(Errc::driver_not_open);
+}
+
 }  // namespace
 
 extern "C" {
@@ -87,43 +94,36 @@ CUfileError_t cuFileDriverGetProperties(CUfileDrvProps_t* props) {
   return guarded(__func__, [&] {
     if (props == nullptr) return Error::of(Errc::invalid_argument);
     *props = CUfileDrvProps_t{};
-    bool open = Runtime::instance().update_settings([&](Settings& s) { fill_properties(s, props); });
-    return open ? Error::none() : Error::of(Errc::driver_not_open);
+    return on_open_settings([&](Settings& s) { fill_properties(s, props); });
   });
 }
 
 CUfileError_t cuFileDriverSetPollMode(bool poll, size_t poll_threshold_size) {
   return guarded(__func__, [&] {
-    bool open = Runtime::instance().update_settings([&](Settings& s) {
+    return on_open_settings([&](Settings& s) {
       s.use_poll_mode = poll;
       s.poll_mode_max_size_kb = poll_threshold_size;
     });
-    return open ? Error::none() : Error::of(Errc::driver_not_open);
   });
 }
 
 CUfileError_t cuFileDriverSetMaxDirectIOSize(size_t max_direct_io_size) {
   return guarded(__func__, [&] {
     if (max_direct_io_size == 0) return Error::of(Errc::invalid_argument);
-    bool open = Runtime::instance().update_settings(
-        [&](Settings& s) { s.max_direct_io_size_kb = max_direct_io_size; });
-    return open ? Error::none() : Error::of(Errc::driver_not_open);
+    return on_open_settings([&](Settings& s) { s.max_direct_io_size_kb = max_direct_io_size; });
   });
 }
 
 CUfileError_t cuFileDriverSetMaxCacheSize(size_t max_cache_size) {
   return guarded(__func__, [&] {
-    bool open = Runtime::instance().update_settings(
-        [&](Settings& s) { s.max_device_cache_size_kb = max_cache_size; });
-    return open ? Error::none() : Error::of(Errc::driver_not_open);
+    return on_open_settings([&](Settings& s) { s.max_device_cache_size_kb = max_cache_size; });
   });
 }
 
 CUfileError_t cuFileDriverSetMaxPinnedMemSize(size_t max_pinned_size) {
   return guarded(__func__, [&] {
-    bool open = Runtime::instance().update_settings(
+    return on_open_settings(
         [&](Settings& s) { s.max_device_pinned_mem_size_kb = max_pinned_size; });
-    return open ? Error::none() : Error::of(Errc::driver_not_open);
   });
 }
 

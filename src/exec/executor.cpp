@@ -32,7 +32,6 @@ Error Executor::start() {
 }
 
 void Executor::submit(Job* job) {
-  job->chunk_size = cfg_.slab_bytes;
   if (job->len == 0) {
     job->set_chunks(1);
     job->chunk_done(job->file_off, 0, 0, Error::none());

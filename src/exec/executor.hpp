@@ -51,7 +51,6 @@ class Executor {
   const std::string& engine_name() const { return engine_name_; }
   // Why the engine is not io_uring, or empty.
   const std::string& engine_note() const { return engine_note_; }
-  uint64_t chunk_bytes() const { return cfg_.slab_bytes; }
 
   // Worker side.
   bool try_pop(Chunk* out);

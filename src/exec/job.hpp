@@ -32,7 +32,6 @@ class Job {
   uint64_t len = 0;
   bool direct = false;        // aligned body through O_DIRECT
   uint64_t file_size = 0;     // size when the IO was admitted (host reads stop O_DIRECT there)
-  uint64_t chunk_size = 0;    // set by the executor
 
   // Called once, on the thread that finishes the last chunk, after which the caller's memory
   // is no longer touched. Without a callback, wait() and done() tell completion instead.
@@ -84,7 +83,8 @@ struct ChunkPlan {
   uint64_t base = 0;
 };
 
-// Plans chunk [off, off+len) of `job`. `staging` must hold chunk_size + 2 * align bytes.
+// Plans chunk [off, off+len) of `job`. For a staged job, `staging` must hold the chunk widened
+// to whole blocks: align_up(off + len) - align_down(off) bytes.
 ChunkPlan plan_chunk(const Job& job, uint64_t off, uint64_t len, char* staging);
 
 // What to do with a segment after one kernel result.

@@ -377,11 +377,6 @@ std::string Runtime::engine_note() const {
   return s ? s->exec->engine_note() : std::string();
 }
 
-bool Runtime::has_gpu() const {
-  auto s = session();
-  return s ? s->gpu : cuda::driver() != nullptr;
-}
-
 bool driver_is_open() { return Runtime::instance().is_open(); }
 
 bool with_open_settings(const std::function<void(Settings&)>& fn) {
@@ -602,17 +597,6 @@ void record(const Io& io, const IoResult& r, bool ran_inline) {
 }  // namespace
 
 void Runtime::account(const Io& io, const IoResult& r) { record(io, r, false); }
-
-const char* Runtime::route_name(const Io& io) {
-  switch (path_of(io, io.inline_)) {
-    case stats::Path::staged_direct: return "staged direct (O_DIRECT into pinned slabs, async copy to the GPU)";
-    case stats::Path::page_cache: return io.job.staged() ? "page cache (buffered reads into pinned slabs, async copy to the GPU)" : "page cache (buffered IO straight into host memory)";
-    case stats::Path::host_direct: return "host direct (O_DIRECT straight into host memory)";
-    case stats::Path::small_io: return "small IO (one synchronous read and copy on the caller's thread)";
-    case stats::Path::count: break;
-  }
-  return "unknown";
-}
 
 IoResult Runtime::run_on_this_thread(Io& io) {
   if (io.job.staged()) return {0, Error::of(Errc::internal)};

@@ -61,7 +61,6 @@ class Runtime {
   // The IO engine the workers use, and why it is not io_uring (empty if it is).
   std::string engine_name() const;
   std::string engine_note() const;
-  bool has_gpu() const;
 
   // ---- files ----
   // Registers an open fd. The handle is an opaque non-null token.
@@ -105,9 +104,6 @@ class Runtime {
   // Counts the bytes of a finished Io under the path they took (stats::record_path).
   // run() does this itself; submit()'s callers do it in their completion.
   static void account(const Io& io, const IoResult& r);
-  // The route an Io takes, in words, for logs and `gpufile check`.
-  static const char* route_name(const Io& io);
-
   // Shorthand: prepare + run.
   IoResult read_write(sys::IoKind kind, void* handle, const void* base, uint64_t size,
                       int64_t file_offset, int64_t buffer_offset);

@@ -83,7 +83,14 @@ void* driver_symbol(const char* name) {
   return lib ? dlsym(lib, name) : nullptr;
 }
 
-void* fake_symbol(const char* name) { return driver_symbol(name); }
+FakeControls fake_controls() {
+  FakeControls c;
+  c.fail_call = reinterpret_cast<decltype(c.fail_call)>(driver_symbol("fakecuda_fail_call"));
+  c.reset_faults = reinterpret_cast<decltype(c.reset_faults)>(driver_symbol("fakecuda_reset_faults"));
+  c.set_async_delay_us =
+      reinterpret_cast<decltype(c.set_async_delay_us)>(driver_symbol("fakecuda_set_async_delay_us"));
+  return c;
+}
 
 // ---- memory -----------------------------------------------------------------------------------
 

@@ -47,8 +47,13 @@ void bind_context();
 // A symbol of the loaded driver library that gpufile's table does not have (e.g.
 // cuMemAllocManaged), or nullptr.
 void* driver_symbol(const char* name);
-// A function only the test double exports (see tests/support/include/fakecuda.h), or nullptr.
-void* fake_symbol(const char* name);
+// The test double's knobs (tests/support/include/fakecuda.h); all null on a real driver.
+struct FakeControls {
+  int (*fail_call)(const char* name, int nth, int result) = nullptr;
+  void (*reset_faults)() = nullptr;
+  void (*set_async_delay_us)(unsigned us) = nullptr;
+};
+FakeControls fake_controls();
 
 // Runs `fn` at scope exit (resets the test double's knobs even when an assertion returns early).
 template <typename F>

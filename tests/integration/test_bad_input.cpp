@@ -482,12 +482,10 @@ TEST_F(Sentinel, RefusedReadsLeaveDestinationUntouched) {
 // byte count, and once it has returned nothing more lands in the buffer.
 TEST_F(Sentinel, FailedTransferStopsWritingAtReturn) {
   CAPI_REQUIRE_DRIVER();
-  using FailFn = int (*)(const char*, int, int);
-  using ResetFn = void (*)();
-  using DelayFn = void (*)(unsigned);
-  auto fail = reinterpret_cast<FailFn>(fake_symbol("fakecuda_fail_call"));
-  auto reset = reinterpret_cast<ResetFn>(fake_symbol("fakecuda_reset_faults"));
-  auto delay = reinterpret_cast<DelayFn>(fake_symbol("fakecuda_set_async_delay_us"));
+  const FakeControls fake = fake_controls();
+  const auto fail = fake.fail_call;
+  const auto reset = fake.reset_faults;
+  const auto delay = fake.set_async_delay_us;
   if (!fail || !reset || !delay) GTEST_SKIP() << "needs the CUDA driver test double's fault controls";
   const size_t size = 16 * MiB;
   Rng rng(test_seed());

@@ -286,8 +286,7 @@ TEST_F(BatchTest, MinNrWaitsForAll) {
 // Needs the test double's knob that slows its stream operations.
 TEST_F(BatchTest, TimeoutReturnsEarly) {
   CAPI_REQUIRE_DRIVER();
-  using DelayFn = void (*)(unsigned);
-  auto delay = reinterpret_cast<DelayFn>(fake_symbol("fakecuda_set_async_delay_us"));
+  const auto delay = fake_controls().set_async_delay_us;
   if (!delay) GTEST_SKIP() << "needs the CUDA driver test double (fakecuda_set_async_delay_us)";
   Watchdog dog(std::chrono::seconds(60), "TimeoutReturnsEarly");
   std::string why;
@@ -442,10 +441,9 @@ TEST_F(BatchTest, Cancel) {
 // CUFILE_FAILED; the others complete with their data.
 TEST_F(BatchTest, EntryFailingAtExecutionReportsFailed) {
   CAPI_REQUIRE_DRIVER();
-  using FailFn = int (*)(const char*, int, int);
-  using ResetFn = void (*)();
-  auto fail = reinterpret_cast<FailFn>(fake_symbol("fakecuda_fail_call"));
-  auto reset = reinterpret_cast<ResetFn>(fake_symbol("fakecuda_reset_faults"));
+  const FakeControls fake = fake_controls();
+  const auto fail = fake.fail_call;
+  const auto reset = fake.reset_faults;
   if (!fail || !reset) GTEST_SKIP() << "needs the CUDA driver test double's fault controls";
   AtExit undo([&] { reset(); });
   Watchdog dog(std::chrono::seconds(60), "EntryFailingAtExecutionReportsFailed");

@@ -390,10 +390,9 @@ TEST_F(StreamTest, DriverClosedBeforeOpExecutes) {
 // never a byte count for data that did not reach the buffer - the buffer (read) or the file
 // (write) keeps its bytes, and the stream goes on.
 TEST_F(StreamTest, CopyFailureNeverReportsBytes) {
-  using FailFn = int (*)(const char*, int, int);
-  using ResetFn = void (*)();
-  auto fail = reinterpret_cast<FailFn>(fake_symbol("fakecuda_fail_call"));
-  auto reset = reinterpret_cast<ResetFn>(fake_symbol("fakecuda_reset_faults"));
+  const FakeControls fake = fake_controls();
+  const auto fail = fake.fail_call;
+  const auto reset = fake.reset_faults;
   if (!fail || !reset) GTEST_SKIP() << "needs the CUDA driver test double's fault controls";
   AtExit undo([&] { reset(); });
   Watchdog dog(std::chrono::seconds(60), "CopyFailureNeverReportsBytes");
