@@ -360,6 +360,7 @@ struct Staged {
   std::array<std::optional<bool>, kBoolCount> bools;
   std::array<std::optional<std::string>, kStringCount> strings;
   std::optional<PosixPool> pool;
+  json by_key = json::object();  // stage_json(): nested like cufile.json, applied last
 };
 
 struct StagedStore {
@@ -402,6 +403,7 @@ void apply_staged_values(Settings& s, const Staged& st, Problems& problems) {
   if (const auto& f = st.strings[static_cast<size_t>(StringParam::env_logfile_path)]) s.log_file = *f;
   if (const auto& d = st.strings[static_cast<size_t>(StringParam::log_dir)]) s.log_dir = *d;
   if (st.pool) apply_pool(s, *st.pool, kApiOrigin, problems);
+  if (!st.by_key.empty()) apply_json_text(s, st.by_key.dump(), "API", problems);
 }
 
 bool file_exists(const char* path) {
@@ -596,6 +598,56 @@ std::optional<Range> size_range(SizeParam p) {
   const SizeKey* k = size_key(p);
   if (!k) return std::nullopt;
   return Range{k->min, k->max};
+}
+
+// ---- settings by key ---------------------------------------------------------------------------
+
+namespace {
+
+json flat_settings(const Settings& s) {
+  json out = json::object();
+  for (const SizeKey& k : kSizeKeys) out[k.json_key] = k.get(s);
+  for (const BoolKey& k : kBoolKeys) out[k.json_key] = s.*k.field;
+  out["logging.level"] = log::level_name(s.log_level);
+  out["logging.dir"] = s.log_dir;
+  out["gpufile.engine"] = engine_name(s.engine);
+  out["gpufile.direct_io"] = direct_io_name(s.direct_io);
+  out["properties.posix_pool_slab_size_kb"] = s.posix_pool_slab_size_kb;
+  out["properties.posix_pool_slab_count"] = s.posix_pool_slab_count;
+  return out;
+}
+
+// {"a": {"b": value}} for "a.b".
+json nest(std::string_view dotted, json value) {
+  size_t dot = dotted.rfind('.');
+  while (dot != std::string_view::npos) {
+    value = json{{std::string(dotted.substr(dot + 1)), std::move(value)}};
+    dotted = dotted.substr(0, dot);
+    dot = dotted.rfind('.');
+  }
+  return json{{std::string(dotted), std::move(value)}};
+}
+
+}  // namespace
+
+std::string settings_json(const Settings& s) { return flat_settings(s).dump(); }
+
+std::string stage_json(std::string_view key, std::string_view value_json) {
+  const json known = flat_settings(Settings{});
+  if (!known.contains(std::string(key))) return "unknown setting \"" + std::string(key) + "\"";
+  json value = json::parse(value_json.begin(), value_json.end(), nullptr, false);
+  if (value.is_discarded()) return "not a JSON value: " + std::string(value_json);
+  // Try it on top of what the next open would resolve. Values staged earlier were accepted,
+  // so a problem line from the "API" origin is about this one.
+  Staged trial = copy_staged();
+  trial.by_key.merge_patch(nest(key, value));
+  Resolution r = resolve_with(trial);
+  for (const std::string& p : r.problems)
+    if (p.rfind("API: ", 0) == 0) return p.substr(5, p.rfind("; keeping ") - 5);
+  StagedStore& st = staged_store();
+  std::lock_guard lock(st.mu);
+  st.values.by_key.merge_patch(nest(key, std::move(value)));
+  return {};
 }
 
 // ---- parsing -----------------------------------------------------------------------------------

@@ -109,6 +109,16 @@ bool stage_posix_pool(std::span<const size_t> slab_size_kb, std::span<const size
 
 void clear_staged();
 
+// ---- settings by cufile.json key (the Python and C++ APIs) ---------------------------------------
+
+// Every setting of `s` as a flat JSON object text, keyed by its dotted cufile.json key
+// ("properties.max_direct_io_size_kb", "gpufile.workers", "gpufile.engine", ...).
+std::string settings_json(const Settings& s);
+// Stages one setting for the next open, its value as JSON text ("8", "true", "\"never\""). The key
+// and the value are checked now, against what the next open would resolve: returns an empty
+// string when staged, else the reason it was refused (unknown key, wrong type, out of range).
+std::string stage_json(std::string_view key, std::string_view value_json);
+
 // What a closed driver reports: the staged value, or cuFile's observed value for an unstaged
 // parameter (which is 0 for a few sizes whose runtime default differs; spec §3.4).
 size_t staged_size(SizeParam p);

@@ -1,0 +1,83 @@
+#include "errors.hpp"
+
+#include <cufile.h>
+#include <nanobind/stl/string.h>
+
+#include <cstring>
+#include <string>
+
+#include "cuda/driver.hpp"
+
+namespace gpufile::py {
+
+namespace {
+
+PyObject* gpufile_error = nullptr;
+
+[[noreturn]] void raise_os_error(int err, const std::string& what, const char* filename) {
+  // OSError(errno, strerror, filename) picks the subclass (FileNotFoundError, ...) by errno.
+  nb::object args = filename ? nb::make_tuple(err, std::string(std::strerror(err)) + " (" + what + ")", filename)
+                             : nb::make_tuple(err, std::string(std::strerror(err)) + " (" + what + ")");
+  PyErr_SetObject(PyExc_OSError, args.ptr());
+  throw nb::python_error();
+}
+
+bool is_argument_error(Errc c) {
+  switch (c) {
+    case Errc::invalid_argument:
+    case Errc::pointer_range:
+    case Errc::mapping_range:
+    case Errc::pointer_invalid:
+    case Errc::memory_type_invalid:
+    case Errc::invalid_open_flag:
+      return true;
+    default:
+      return false;
+  }
+}
+
+}  // namespace
+
+void register_errors(nb::module_ m) {
+  gpufile_error = PyErr_NewExceptionWithDoc(
+      "gpufile.Error", "A gpufile failure that is not an OS error or a bad argument.",
+      PyExc_RuntimeError, nullptr);
+  m.attr("Error") = nb::borrow(gpufile_error);
+}
+
+void raise(const Error& e, const char* what, const char* filename) {
+  if (e.code == Errc::system) raise_os_error(e.sys_errno, what, filename);
+  std::string message = std::string(what) + ": " + describe(e);
+  if (filename) message += ": " + std::string(filename);
+  if (is_argument_error(e.code)) throw nb::value_error(message.c_str());
+  PyErr_SetString(gpufile_error, message.c_str());
+  throw nb::python_error();
+}
+
+void raise_message(const std::string& message) {
+  PyErr_SetString(gpufile_error, message.c_str());
+  throw nb::python_error();
+}
+
+void raise_timeout(double seconds) {
+  std::string message = "the IO did not finish within " + std::to_string(seconds) + " s";
+  PyErr_SetString(PyExc_TimeoutError, message.c_str());
+  throw nb::python_error();
+}
+
+void raise_stream_result(long long negative) {
+  const long long code = -negative;
+  if (code < CUFILEOP_BASE_ERR) raise_os_error(static_cast<int>(code), "stream IO", nullptr);
+  raise_cufile(static_cast<int>(code), 0, "stream IO");
+}
+
+void raise_cufile(int op_error, int cu_result, const char* what) {
+  std::string message = std::string(what) + ": " +
+                        cufileop_status_error(static_cast<CUfileOpError>(op_error));
+  if (cu_result != 0) message += " (" + cuda::describe(cu_result) + ")";
+  if (op_error == CU_FILE_INVALID_VALUE) throw nb::value_error(message.c_str());
+  PyErr_SetString(gpufile_error, message.c_str());
+  throw nb::python_error();
+}
+
+}  // namespace gpufile::py

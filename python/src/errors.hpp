@@ -1,0 +1,24 @@
+// gpufile's errors as Python exceptions: OSError (with errno, so FileNotFoundError and friends)
+// for system errors, ValueError for bad arguments, gpufile.Error for the rest.
+#pragma once
+
+#include <nanobind/nanobind.h>
+
+#include "core/error.hpp"
+
+namespace gpufile::py {
+
+namespace nb = nanobind;
+
+// Creates gpufile.Error (a RuntimeError) in `m`.
+void register_errors(nb::module_ m);
+
+// Each raises a Python exception (throws nb::python_error).
+[[noreturn]] void raise(const Error& e, const char* what, const char* filename = nullptr);
+[[noreturn]] void raise_message(const std::string& message);
+[[noreturn]] void raise_timeout(double seconds);
+// A failed stream op's *bytes_p: -errno, or -CUfileOpError.
+[[noreturn]] void raise_stream_result(long long negative);
+[[noreturn]] void raise_cufile(int op_error, int cu_result, const char* what);
+
+}  // namespace gpufile::py

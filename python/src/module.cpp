@@ -1,0 +1,476 @@
+// gpufile._gpufile: the Python extension. Files, futures, stream IO, device buffers, settings
+// and statistics, over the same runtime that serves the cuFile API. IO releases the GIL.
+#include <cufile.h>
+#include <fcntl.h>
+#include <nanobind/nanobind.h>
+#include <nanobind/stl/string.h>
+#include <nanobind/stl/optional.h>
+
+#include <cstring>
+#include <memory>
+#include <string>
+
+#include "api/file.hpp"
+#include "buffer.hpp"
+#include "core/config.hpp"
+#include "core/stats.hpp"
+#include "cuda/driver.hpp"
+#include "cuda/memory.hpp"
+#include "device_buffer.hpp"
+#include "errors.hpp"
+#include "exec/runtime.hpp"
+
+namespace nb = nanobind;
+using namespace nb::literals;
+
+namespace gpufile::py {
+namespace {
+
+// ---- open modes ------------------------------------------------------------------------------
+
+// Python's modes, without O_APPEND (cuFile refuses appending files): "a" creates the file if
+// missing and keeps its contents, writes go where the offset says.
+int open_flags(const std::string& mode) {
+  std::string m;
+  for (char c : mode)
+    if (c != 'b') m.push_back(c);
+  if (m == "r") return O_RDONLY;
+  if (m == "r+") return O_RDWR;
+  if (m == "w") return O_WRONLY | O_CREAT | O_TRUNC;
+  if (m == "w+") return O_RDWR | O_CREAT | O_TRUNC;
+  if (m == "x") return O_WRONLY | O_CREAT | O_EXCL;
+  if (m == "x+") return O_RDWR | O_CREAT | O_EXCL;
+  if (m == "a") return O_WRONLY | O_CREAT;
+  if (m == "a+") return O_RDWR | O_CREAT;
+  throw nb::value_error(("invalid mode '" + mode + "': use r, r+, w, w+, x, x+, a or a+").c_str());
+}
+
+// ---- futures ---------------------------------------------------------------------------------
+
+// An IO on the workers, with the memory it uses held until it finished.
+class PyFuture {
+ public:
+  PyFuture(std::unique_ptr<api::Future> f, std::unique_ptr<Buffer> b)
+      : future_(std::move(f)), buffer_(std::move(b)) {}
+  ~PyFuture() {
+    {
+      nb::gil_scoped_release unlocked;
+      future_.reset();  // waits for the IO
+    }
+    buffer_.reset();  // releases the view (GIL held)
+  }
+
+  bool done() const { return future_->done(); }
+
+  uint64_t result(std::optional<double> timeout) {
+    IoResult r;
+    bool finished = true;
+    {
+      nb::gil_scoped_release unlocked;
+      if (timeout)
+        finished = future_->wait_for(std::chrono::duration_cast<std::chrono::nanoseconds>(
+            std::chrono::duration<double>(std::max(0.0, *timeout))));
+      if (finished) r = future_->wait();
+    }
+    if (!finished) raise_timeout(*timeout);
+    if (!r.ok()) raise(r.error, "IO");
+    buffer_.reset();  // the IO is over: let go of the caller's memory now
+    return r.bytes;
+  }
+
+ private:
+  std::unique_ptr<api::Future> future_;
+  std::unique_ptr<Buffer> buffer_;
+};
+
+// A read or write ordered on a CUDA stream (cuFileReadAsync / cuFileWriteAsync). Its parameters
+// live here, since the stream reads them when it reaches the op; an event after the op tells
+// completion.
+class StreamFuture {
+ public:
+  struct Params {
+    size_t size = 0;
+    off_t file_offset = 0;
+    off_t buffer_offset = 0;
+    ssize_t bytes = 0;
+  };
+
+  StreamFuture(std::unique_ptr<Buffer> b, cuda::CUcontext ctx)
+      : params_(std::make_unique<Params>()), buffer_(std::move(b)), ctx_(ctx) {}
+  ~StreamFuture() {
+    {
+      nb::gil_scoped_release unlocked;
+      wait_event();
+      destroy_event();
+    }
+    buffer_.reset();
+  }
+
+  Params& params() { return *params_; }
+
+  // Records the completion event on `stream` after the op was enqueued.
+  void record(cuda::CUstream stream) {
+    const cuda::Driver* d = cuda::driver();
+    cuda::ScopedContext scope(ctx_);
+    if (cuda::CUresult r = d->EventCreate(&event_, cuda::CU_EVENT_DISABLE_TIMING); r != cuda::CUDA_SUCCESS) {
+      event_ = nullptr;
+      raise(Error::cu(r), "cuEventCreate");
+    }
+    if (cuda::CUresult r = d->EventRecord(event_, stream); r != cuda::CUDA_SUCCESS) {
+      // The op is enqueued but cannot be tracked: wait for the whole stream instead.
+      d->StreamSynchronize(stream);
+      raise(Error::cu(r), "cuEventRecord");
+    }
+  }
+
+  bool done() {
+    if (event_ == nullptr) return true;
+    cuda::ScopedContext scope(ctx_);
+    return cuda::driver()->EventQuery(event_) == cuda::CUDA_SUCCESS;
+  }
+
+  int64_t result() {
+    {
+      nb::gil_scoped_release unlocked;
+      if (cuda::CUresult r = wait_event(); r != cuda::CUDA_SUCCESS) {
+        nb::gil_scoped_acquire locked;
+        raise(Error::cu(r), "waiting for the stream");
+      }
+    }
+    ssize_t bytes = params_->bytes;
+    if (bytes < 0) raise_stream_result(bytes);
+    return bytes;
+  }
+
+ private:
+  cuda::CUresult wait_event() {
+    if (event_ == nullptr) return cuda::CUDA_SUCCESS;
+    cuda::ScopedContext scope(ctx_);
+    return cuda::driver()->EventSynchronize(event_);
+  }
+  void destroy_event() {
+    if (event_ == nullptr) return;
+    cuda::ScopedContext scope(ctx_);
+    cuda::driver()->EventDestroy(event_);
+    event_ = nullptr;
+  }
+
+  std::unique_ptr<Params> params_;
+  std::unique_ptr<Buffer> buffer_;
+  cuda::CUcontext ctx_ = nullptr;
+  cuda::CUevent event_ = nullptr;
+};
+
+// A CUDA stream given as an int, or an object with `cuda_stream` (PyTorch), `ptr` (CuPy) or the
+// `__cuda_stream__` protocol (returns (version, handle)).
+cuda::CUstream stream_of(nb::handle s) {
+  if (s.is_none()) return nullptr;
+  if (nb::isinstance<nb::int_>(s)) return reinterpret_cast<cuda::CUstream>(nb::cast<uintptr_t>(s));
+  if (nb::hasattr(s, "__cuda_stream__")) {
+    nb::tuple t = nb::cast<nb::tuple>(s.attr("__cuda_stream__")());
+    return reinterpret_cast<cuda::CUstream>(nb::cast<uintptr_t>(t[1]));
+  }
+  if (nb::hasattr(s, "cuda_stream")) return reinterpret_cast<cuda::CUstream>(nb::cast<uintptr_t>(s.attr("cuda_stream")));
+  if (nb::hasattr(s, "ptr")) return reinterpret_cast<cuda::CUstream>(nb::cast<uintptr_t>(s.attr("ptr")));
+  throw nb::type_error("stream: expected an int handle, a torch.cuda.Stream, a cupy Stream or an "
+                       "object with __cuda_stream__");
+}
+
+// ---- files -----------------------------------------------------------------------------------
+
+class PyFile {
+ public:
+  PyFile(const std::string& path, const std::string& mode) : mode_(mode) {
+    const int flags = open_flags(mode);
+    Error e;
+    {
+      nb::gil_scoped_release unlocked;
+      e = api::File::open(path, flags, 0644, &file_);
+    }
+    if (e) raise(e, "open", path.c_str());
+  }
+  ~PyFile() {
+    nb::gil_scoped_release unlocked;
+    file_.reset();
+  }
+
+  void close() {
+    if (!file_ || file_->closed()) return;
+    Error e;
+    {
+      nb::gil_scoped_release unlocked;
+      e = file_->close();
+    }
+    if (e) raise(e, "close", file_->path().c_str());
+  }
+  bool closed() const { return !file_ || file_->closed(); }
+  const std::string& mode() const { return mode_; }
+  const std::string& path() const { return file_->path(); }
+  int fileno() const {
+    check_open();
+    return file_->fd();
+  }
+  uintptr_t handle() const {
+    check_open();
+    return reinterpret_cast<uintptr_t>(file_->handle());
+  }
+  uint64_t size() const {
+    check_open();
+    uint64_t n = 0;
+    if (Error e = file_->size(&n)) raise(e, "fstat", file_->path().c_str());
+    return n;
+  }
+
+  uint64_t transfer(sys::IoKind kind, nb::handle buf, std::optional<uint64_t> size,
+                    int64_t file_offset, uint64_t buf_offset) {
+    check_open();
+    auto b = Buffer::acquire(buf, kind == sys::IoKind::read);
+    const uint64_t n = span(*b, size, buf_offset);
+    IoResult r;
+    {
+      nb::gil_scoped_release unlocked;
+      const uint64_t at = b->addr() + buf_offset;
+      r = kind == sys::IoKind::read ? file_->read(reinterpret_cast<void*>(at), n, file_offset)
+                                    : file_->write(reinterpret_cast<const void*>(at), n, file_offset);
+    }
+    if (!r.ok()) raise(r.error, kind == sys::IoKind::read ? "read" : "write", file_->path().c_str());
+    return r.bytes;
+  }
+
+  PyFuture* start(sys::IoKind kind, nb::handle buf, std::optional<uint64_t> size,
+                  int64_t file_offset, uint64_t buf_offset) {
+    check_open();
+    auto b = Buffer::acquire(buf, kind == sys::IoKind::read);
+    const uint64_t n = span(*b, size, buf_offset);
+    const uintptr_t at = b->addr() + buf_offset;  // before b is moved from
+    return start_at(kind, at, n, file_offset, std::move(b));
+  }
+
+  // Raw addresses: the caller keeps the memory alive until the future is done.
+  PyFuture* start_raw(sys::IoKind kind, uintptr_t addr, uint64_t size, int64_t file_offset) {
+    check_open();
+    return start_at(kind, addr, size, file_offset, nullptr);
+  }
+
+  StreamFuture* start_on_stream(sys::IoKind kind, nb::handle buf, nb::handle stream_obj,
+                                std::optional<uint64_t> size, int64_t file_offset,
+                                uint64_t buf_offset) {
+    check_open();
+    if (cuda::driver() == nullptr)
+      raise(Error::of(Errc::driver_not_open), "stream IO needs a CUDA driver");
+    cuda::CUstream stream = stream_of(stream_obj);
+    auto b = Buffer::acquire(buf, kind == sys::IoKind::read);
+    const uint64_t n = span(*b, size, buf_offset);
+    cuda::MemInfo mem;
+    if (Error e = cuda::classify(reinterpret_cast<void*>(b->addr()), &mem)) raise(e, "stream IO");
+    const uintptr_t base = b->addr();
+    auto* op = new StreamFuture(std::move(b), mem.context);
+    std::unique_ptr<StreamFuture> guard(op);
+    auto& p = op->params();
+    p.size = n;
+    p.file_offset = file_offset;
+    p.buffer_offset = static_cast<off_t>(buf_offset);
+    CUfileHandle_t fh = file_->handle();
+    CUfileError_t st;
+    {
+      nb::gil_scoped_release unlocked;
+      st = kind == sys::IoKind::read
+               ? cuFileReadAsync(fh, reinterpret_cast<void*>(base), &p.size, &p.file_offset,
+                                 &p.buffer_offset, &p.bytes, reinterpret_cast<CUstream>(stream))
+               : cuFileWriteAsync(fh, reinterpret_cast<void*>(base), &p.size, &p.file_offset,
+                                  &p.buffer_offset, &p.bytes, reinterpret_cast<CUstream>(stream));
+    }
+    if (st.err != CU_FILE_SUCCESS) raise_cufile(st.err, st.cu_err, "stream IO");
+    op->record(stream);
+    return guard.release();
+  }
+
+ private:
+  void check_open() const {
+    if (closed()) throw nb::value_error("I/O operation on closed gpufile.File");
+  }
+
+  // Bytes to move: `size`, or the rest of the buffer after `buf_offset`; checked against it.
+  static uint64_t span(const Buffer& b, std::optional<uint64_t> size, uint64_t buf_offset) {
+    if (buf_offset > b.nbytes())
+      throw nb::value_error(("buf_offset " + std::to_string(buf_offset) + " is past the end of the " +
+                             std::to_string(b.nbytes()) + "-byte buffer").c_str());
+    const uint64_t room = b.nbytes() - buf_offset;
+    if (!size) return room;
+    if (*size > room)
+      throw nb::value_error(("size " + std::to_string(*size) + " does not fit the buffer: " +
+                             std::to_string(room) + " bytes from buf_offset " +
+                             std::to_string(buf_offset)).c_str());
+    return *size;
+  }
+
+  PyFuture* start_at(sys::IoKind kind, uintptr_t addr, uint64_t n, int64_t file_offset,
+                     std::unique_ptr<Buffer> b) {
+    std::unique_ptr<api::Future> f;
+    Error e;
+    {
+      nb::gil_scoped_release unlocked;
+      e = file_->start(kind, reinterpret_cast<const void*>(addr), n, file_offset, &f);
+    }
+    if (e) raise(e, kind == sys::IoKind::read ? "pread" : "pwrite", file_->path().c_str());
+    return new PyFuture(std::move(f), std::move(b));
+  }
+
+  std::unique_ptr<api::File> file_;
+  std::string mode_;
+};
+
+// ---- settings and statistics -----------------------------------------------------------------
+
+nb::object json_loads(const std::string& text) {
+  return nb::module_::import_("json").attr("loads")(text);
+}
+
+nb::object settings() {
+  Runtime& rt = Runtime::instance();
+  Settings s = rt.is_open() ? rt.settings() : config::resolve().settings;
+  return json_loads(config::settings_json(s));
+}
+
+void set_setting(const std::string& key, nb::handle value) {
+  if (Runtime::instance().is_open())
+    raise_message("settings take effect when the driver opens, and it is open: call "
+                  "gpufile.driver_close() first (files opened before stay open but stop working)");
+  std::string text = nb::cast<std::string>(nb::module_::import_("json").attr("dumps")(value));
+  std::string problem = config::stage_json(key, text);
+  if (!problem.empty()) throw nb::value_error(problem.c_str());
+}
+
+nb::dict stats_dict() {
+  stats::Snapshot s = stats::snapshot();
+  static const char* const kPathNames[] = {"staged_direct", "page_cache", "host_direct", "small_io"};
+  nb::dict out;
+  for (int op = 0; op < stats::kOps; ++op) {
+    nb::dict d, paths;
+    const stats::OpTotals& t = s.ops[op];
+    d["calls_ok"] = t.calls.ok;
+    d["calls_failed"] = t.calls.err;
+    d["bytes"] = t.bytes;
+    for (int p = 0; p < stats::kPaths; ++p) {
+      nb::dict pd;
+      pd["bytes"] = s.paths[op][p].bytes;
+      pd["ops"] = s.paths[op][p].ops;
+      paths[kPathNames[p]] = pd;
+    }
+    d["paths"] = paths;
+    out[op == 0 ? "read" : "write"] = d;
+  }
+  out["level"] = s.level;
+  return out;
+}
+
+}  // namespace
+}  // namespace gpufile::py
+
+NB_MODULE(_gpufile, m) {
+  using namespace gpufile;
+  using namespace gpufile::py;
+  m.doc() = "gpufile's extension module; use the gpufile package, not this module";
+  register_errors(m);
+
+  nb::class_<PyFuture>(m, "Future", "An IO running on gpufile's workers.")
+      .def("done", &PyFuture::done, "True once the IO finished (result() then returns at once).")
+      .def("result", &PyFuture::result, "timeout"_a = nb::none(),
+           "Waits for the IO; returns the bytes moved (fewer than asked only at end of file for a "
+           "read) or raises its error. TimeoutError if `timeout` seconds pass first.");
+
+  nb::class_<StreamFuture>(m, "StreamFuture", "An IO ordered on a CUDA stream.")
+      .def("done", &StreamFuture::done, "True once the stream passed the IO.")
+      .def("result", &StreamFuture::result,
+           "Waits until the stream passed the IO; returns the bytes moved or raises its error.");
+
+  nb::class_<PyFile>(m, "File", "A file opened and registered by gpufile.")
+      .def(nb::init<const std::string&, const std::string&>(), "path"_a, "mode"_a = "r")
+      .def("close", &PyFile::close, "Waits for IO in flight on the file, then deregisters and closes it.")
+      .def("__enter__", [](nb::handle self) { return nb::borrow(self); })
+      .def("__exit__", [](PyFile& f, nb::args) { f.close(); })
+      .def_prop_ro("closed", &PyFile::closed)
+      .def_prop_ro("mode", &PyFile::mode)
+      .def_prop_ro("name", &PyFile::path)
+      .def("fileno", &PyFile::fileno)
+      .def_prop_ro("handle", &PyFile::handle, "The cuFile handle (CUfileHandle_t) as an int.")
+      .def("size", &PyFile::size, "The file's size in bytes now.")
+      .def("read",
+           [](PyFile& f, nb::handle buf, std::optional<uint64_t> size, int64_t file_offset, uint64_t buf_offset) {
+             return f.transfer(sys::IoKind::read, buf, size, file_offset, buf_offset);
+           },
+           "buf"_a, "size"_a = nb::none(), "file_offset"_a = 0, "buf_offset"_a = 0)
+      .def("write",
+           [](PyFile& f, nb::handle buf, std::optional<uint64_t> size, int64_t file_offset, uint64_t buf_offset) {
+             return f.transfer(sys::IoKind::write, buf, size, file_offset, buf_offset);
+           },
+           "buf"_a, "size"_a = nb::none(), "file_offset"_a = 0, "buf_offset"_a = 0)
+      .def("pread",
+           [](PyFile& f, nb::handle buf, std::optional<uint64_t> size, int64_t file_offset, uint64_t buf_offset) {
+             return f.start(sys::IoKind::read, buf, size, file_offset, buf_offset);
+           },
+           "buf"_a, "size"_a = nb::none(), "file_offset"_a = 0, "buf_offset"_a = 0, nb::rv_policy::take_ownership)
+      .def("pwrite",
+           [](PyFile& f, nb::handle buf, std::optional<uint64_t> size, int64_t file_offset, uint64_t buf_offset) {
+             return f.start(sys::IoKind::write, buf, size, file_offset, buf_offset);
+           },
+           "buf"_a, "size"_a = nb::none(), "file_offset"_a = 0, "buf_offset"_a = 0, nb::rv_policy::take_ownership)
+      .def("pread_ptr",
+           [](PyFile& f, uintptr_t addr, uint64_t size, int64_t file_offset) {
+             return f.start_raw(sys::IoKind::read, addr, size, file_offset);
+           },
+           "ptr"_a, "size"_a, "file_offset"_a = 0, nb::rv_policy::take_ownership)
+      .def("pwrite_ptr",
+           [](PyFile& f, uintptr_t addr, uint64_t size, int64_t file_offset) {
+             return f.start_raw(sys::IoKind::write, addr, size, file_offset);
+           },
+           "ptr"_a, "size"_a, "file_offset"_a = 0, nb::rv_policy::take_ownership)
+      .def("read_async",
+           [](PyFile& f, nb::handle buf, nb::handle stream, std::optional<uint64_t> size, int64_t file_offset, uint64_t buf_offset) {
+             return f.start_on_stream(sys::IoKind::read, buf, stream, size, file_offset, buf_offset);
+           },
+           "buf"_a, "stream"_a, "size"_a = nb::none(), "file_offset"_a = 0, "buf_offset"_a = 0,
+           nb::rv_policy::take_ownership)
+      .def("write_async",
+           [](PyFile& f, nb::handle buf, nb::handle stream, std::optional<uint64_t> size, int64_t file_offset, uint64_t buf_offset) {
+             return f.start_on_stream(sys::IoKind::write, buf, stream, size, file_offset, buf_offset);
+           },
+           "buf"_a, "stream"_a, "size"_a = nb::none(), "file_offset"_a = 0, "buf_offset"_a = 0,
+           nb::rv_policy::take_ownership);
+
+  register_device_buffer(m);
+
+  m.def("settings", &settings, "Every setting by its cufile.json key: the open driver's, else what the next open would use.");
+  m.def("set_setting", &set_setting, "key"_a, "value"_a,
+        "Sets one setting (cufile.json key) for the next driver open; ValueError if refused.");
+  m.def("stats", &stats_dict, "Per-operation counters and bytes per data path.");
+  m.def("stats_reset", [] { stats::reset(); });
+  m.def("driver_open", [] {
+    if (Error e = Runtime::instance().open()) raise(e, "driver open");
+  });
+  m.def("driver_close", [] {
+    Error e;
+    {
+      nb::gil_scoped_release unlocked;
+      e = Runtime::instance().close();
+    }
+    if (e && e.code != Errc::driver_not_open) raise(e, "driver close");
+  });
+  m.def("driver_is_open", [] { return Runtime::instance().is_open(); });
+  m.def("engine", [] {
+    if (Error e = Runtime::instance().ensure_open()) raise(e, "driver open");
+    return Runtime::instance().engine_name();
+  }, "The IO engine of the open driver (io_uring or posix); opens the driver if needed.");
+  m.def("cuda_available", [] { return cuda::driver() != nullptr; });
+  m.def("cuda_unavailable_reason", [] { return cuda::driver() ? std::string() : cuda::why_no_driver(); });
+  m.def("device_count", [] {
+    const cuda::Driver* d = cuda::driver();
+    return d ? d->device_count : 0;
+  });
+  m.def("_pointer_kind", [](uintptr_t addr) {
+    cuda::MemInfo mem;
+    if (Error e = cuda::classify(reinterpret_cast<void*>(addr), &mem)) raise(e, "classify");
+    static const char* const kNames[] = {"host_pageable", "host_pinned", "device", "managed"};
+    return std::string(kNames[static_cast<int>(mem.kind)]);
+  });
+}

@@ -1,0 +1,147 @@
+#include "api/file.hpp"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <condition_variable>
+#include <mutex>
+
+#include "core/stats.hpp"
+#include "sys/os.hpp"
+
+namespace gpufile::api {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+stats::Op op_of(sys::IoKind kind) {
+  return kind == sys::IoKind::read ? stats::Op::read : stats::Op::write;
+}
+
+uint64_t ns_since(Clock::time_point t0) {
+  return static_cast<uint64_t>(
+      std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - t0).count());
+}
+
+}  // namespace
+
+// ---- Future ----------------------------------------------------------------------------------
+
+// Shared by the Future and the job's completion callback (which usually runs before anyone
+// waits).
+struct Future::State {
+  std::mutex mu;
+  std::condition_variable cv;
+  bool done = false;
+  IoResult result;
+};
+
+Future::~Future() {
+  if (state_) wait();
+}
+
+bool Future::done() const {
+  std::lock_guard lock(state_->mu);
+  return state_->done;
+}
+
+IoResult Future::wait() {
+  std::unique_lock lock(state_->mu);
+  state_->cv.wait(lock, [&] { return state_->done; });
+  return state_->result;
+}
+
+bool Future::wait_for(std::chrono::nanoseconds timeout) {
+  std::unique_lock lock(state_->mu);
+  return state_->cv.wait_for(lock, timeout, [&] { return state_->done; });
+}
+
+// ---- File ------------------------------------------------------------------------------------
+
+Error File::open(const std::string& path, int flags, mode_t mode, std::unique_ptr<File>* out) {
+  if (flags & O_APPEND) return Error::of(Errc::invalid_open_flag);
+  int fd = ::open(path.c_str(), flags | O_CLOEXEC, mode);
+  if (fd < 0) return Error::sys(errno);
+  std::unique_ptr<File> f(new File());
+  f->fd_ = fd;
+  f->path_ = path;
+  if (Error e = Runtime::instance().register_file(fd, &f->handle_)) {
+    f->handle_ = nullptr;
+    return e;  // ~File closes the fd
+  }
+  *out = std::move(f);
+  return Error::none();
+}
+
+File::~File() { close(); }
+
+Error File::close() {
+  if (fd_ < 0) return Error::none();
+  Error e;
+  if (handle_ != nullptr) e = Runtime::instance().deregister_file(handle_);
+  // A driver that was closed under us already forgot the handle: that is not a failure here.
+  if (e.code == Errc::handle_not_registered || e.code == Errc::driver_not_open) e = Error::none();
+  handle_ = nullptr;
+  if (::close(fd_) != 0 && e.ok()) e = Error::sys(errno);
+  fd_ = -1;
+  return e;
+}
+
+Error File::size(uint64_t* out) const {
+  if (fd_ < 0) return Error::sys(EBADF);
+  struct stat st {};
+  if (sys::os().fstat(fd_, &st) != 0) return Error::sys(errno);
+  *out = static_cast<uint64_t>(st.st_size);
+  return Error::none();
+}
+
+IoResult File::run(sys::IoKind kind, const void* buf, uint64_t size, int64_t file_offset) {
+  if (fd_ < 0) return {0, Error::sys(EBADF)};
+  const auto t0 = Clock::now();
+  IoResult r = Runtime::instance().read_write(kind, handle_, buf, size, file_offset, 0);
+  stats::record_call(op_of(kind), r.bytes, ns_since(t0), r.ok());
+  return r;
+}
+
+IoResult File::read(void* buf, uint64_t size, int64_t file_offset) {
+  return run(sys::IoKind::read, buf, size, file_offset);
+}
+
+IoResult File::write(const void* buf, uint64_t size, int64_t file_offset) {
+  return run(sys::IoKind::write, buf, size, file_offset);
+}
+
+Error File::start(sys::IoKind kind, const void* buf, uint64_t size, int64_t file_offset,
+                  std::unique_ptr<Future>* out) {
+  if (fd_ < 0) return Error::sys(EBADF);
+  const auto t0 = Clock::now();
+  std::unique_ptr<Io> io;
+  if (Error e = Runtime::instance().prepare(kind, handle_, buf, size, file_offset, 0, &io)) {
+    stats::record_call(op_of(kind), 0, ns_since(t0), false);
+    return e;
+  }
+  std::unique_ptr<Future> f(new Future());
+  f->state_ = std::make_shared<Future::State>();
+  // The callback owns the Io from here: it records the result, then destroys the Io (giving
+  // back the file's and the session's in-flight counts) before it wakes the waiters.
+  Io* raw = io.release();
+  raw->job.on_complete = [state = f->state_, raw, t0](exec::Job& job) {
+    IoResult r = job.result();
+    Runtime::account(*raw, r);
+    stats::record_call(op_of(job.kind), r.bytes, ns_since(t0), r.ok());
+    delete raw;
+    {
+      std::lock_guard lock(state->mu);
+      state->result = r;
+      state->done = true;
+    }
+    state->cv.notify_all();
+  };
+  Runtime::instance().submit(*raw);
+  *out = std::move(f);
+  return Error::none();
+}
+
+}  // namespace gpufile::api

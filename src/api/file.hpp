@@ -1,0 +1,82 @@
+// gpufile's own file API, below the language bindings (Python today, a public C++ header next):
+// a File opens and registers a path itself, and IO on it is either synchronous or a Future.
+//
+// Nothing here knows Python or cuFile; errors are gpufile's Error, results IoResult.
+#pragma once
+
+#include <sys/types.h>
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "core/error.hpp"
+#include "exec/runtime.hpp"
+
+namespace gpufile::api {
+
+// One IO started by File::start(). The caller's memory is in use until done() is true or wait()
+// returned; destroying a Future that is not done waits for it, so memory is never written after
+// its owner let go of the Future. A finished IO gives its file back at once (close() does not
+// wait for Futures nobody asked about).
+class Future {
+ public:
+  ~Future();
+  Future(const Future&) = delete;
+  Future& operator=(const Future&) = delete;
+
+  bool done() const;
+  // Blocks until the IO finished; then the bytes moved (short only at end of file for a read)
+  // or the error. May be called again, from any thread: the same result.
+  IoResult wait();
+  // Waits at most `timeout`; false when the IO is still running.
+  bool wait_for(std::chrono::nanoseconds timeout);
+
+ private:
+  friend class File;
+  struct State;
+  Future() = default;
+  std::shared_ptr<State> state_;
+};
+
+class File {
+ public:
+  // open(2) `flags` (O_APPEND is refused, as cuFile refuses it) and `mode` for O_CREAT.
+  static Error open(const std::string& path, int flags, mode_t mode, std::unique_ptr<File>* out);
+  // Closes (waits for IO in flight on this file first).
+  ~File();
+  File(const File&) = delete;
+  File& operator=(const File&) = delete;
+
+  // Deregisters and closes the file, after IO in flight on it finished. Later IO fails with
+  // handle_not_registered; calling close again does nothing.
+  Error close();
+  bool closed() const { return fd_ < 0; }
+  int fd() const { return fd_; }
+  // The cuFile handle (CUfileHandle_t) of this file: cuFileReadAsync and friends accept it.
+  void* handle() const { return handle_; }
+  const std::string& path() const { return path_; }
+  // The file's current size in bytes.
+  Error size(uint64_t* out) const;
+
+  // Synchronous IO of `size` bytes between the file at `file_offset` and memory at `buf` (host
+  // or device). Reads return fewer bytes only at end of file.
+  IoResult read(void* buf, uint64_t size, int64_t file_offset);
+  IoResult write(const void* buf, uint64_t size, int64_t file_offset);
+
+  // The same, started on the IO workers; the Future tells completion. Validation errors come
+  // back here, not from the Future.
+  Error start(sys::IoKind kind, const void* buf, uint64_t size, int64_t file_offset,
+              std::unique_ptr<Future>* out);
+
+ private:
+  File() = default;
+  IoResult run(sys::IoKind kind, const void* buf, uint64_t size, int64_t file_offset);
+
+  int fd_ = -1;
+  void* handle_ = nullptr;
+  std::string path_;
+};
+
+}  // namespace gpufile::api
