@@ -3,7 +3,8 @@
 # Sourced by run-main.sh and test.sh; safe to run again.
 set -euo pipefail
 
-gpufile_packages=(cmake ninja-build g++ liburing-dev nlohmann-json3-dev libgtest-dev python3)
+gpufile_packages=(cmake ninja-build g++ liburing-dev nlohmann-json3-dev libgtest-dev python3 python3-dev
+  python3-venv)
 
 gpufile_missing_packages() {
   local p missing=()

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Builds gpufile and runs every test: the normal build, then the whole suite again under
-# AddressSanitizer + UndefinedBehaviorSanitizer. Without a GPU, tests run the real code path
+# Builds gpufile and runs every test: the normal build, the Python package (pip install . into a
+# virtual environment, then pytest), then the C++ suite again under AddressSanitizer +
+# UndefinedBehaviorSanitizer. Without a GPU, tests run the real code path
 # against the CUDA driver test double (tests/support/fakecuda). Exit status 0 only if all pass.
 #   GPUFILE_TEST_SANITIZERS=0  skips the sanitizer pass.
 set -euo pipefail
@@ -19,6 +20,17 @@ run_suite() {  # name, build dir, extra cmake args...
 }
 
 run_suite default build/test -DCMAKE_BUILD_TYPE=RelWithDebInfo
+
+# The Python package as users get it: `pip install .` into a fresh virtual environment (the
+# extension is built by scikit-build-core + nanobind from PyPI), then pytest against the CUDA
+# driver test double built above.
+echo "== gpufile tests: python"
+rm -rf build/venv
+python3 -m venv build/venv
+build/venv/bin/python -m pip install -q --upgrade pip
+build/venv/bin/python -m pip install -q ".[test]"
+GPUFILE_CUDA_LIBRARY="$PWD/build/test/tests/support/fakecuda/libcuda.so.1" \
+  build/venv/bin/python -m pytest -q tests/python
 if [ "${GPUFILE_TEST_SANITIZERS:-1}" != 0 ]; then
   ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1 \
     run_suite asan+ubsan build/asan -DCMAKE_BUILD_TYPE=Debug "-DGPUFILE_SANITIZE=address,undefined"

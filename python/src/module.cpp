@@ -223,7 +223,7 @@ class PyFile {
 
   uint64_t transfer(sys::IoKind kind, nb::handle buf, std::optional<uint64_t> size,
                     int64_t file_offset, uint64_t buf_offset) {
-    check_open();
+    check_open(kind);
     auto b = Buffer::acquire(buf, kind == sys::IoKind::read);
     const uint64_t n = span(*b, size, buf_offset);
     IoResult r;
@@ -239,7 +239,7 @@ class PyFile {
 
   PyFuture* start(sys::IoKind kind, nb::handle buf, std::optional<uint64_t> size,
                   int64_t file_offset, uint64_t buf_offset) {
-    check_open();
+    check_open(kind);
     auto b = Buffer::acquire(buf, kind == sys::IoKind::read);
     const uint64_t n = span(*b, size, buf_offset);
     const uintptr_t at = b->addr() + buf_offset;  // before b is moved from
@@ -248,14 +248,14 @@ class PyFile {
 
   // Raw addresses: the caller keeps the memory alive until the future is done.
   PyFuture* start_raw(sys::IoKind kind, uintptr_t addr, uint64_t size, int64_t file_offset) {
-    check_open();
+    check_open(kind);
     return start_at(kind, addr, size, file_offset, nullptr);
   }
 
   StreamFuture* start_on_stream(sys::IoKind kind, nb::handle buf, nb::handle stream_obj,
                                 std::optional<uint64_t> size, int64_t file_offset,
                                 uint64_t buf_offset) {
-    check_open();
+    check_open(kind);
     if (cuda::driver() == nullptr)
       raise(Error::of(Errc::driver_not_open), "stream IO needs a CUDA driver");
     cuda::CUstream stream = stream_of(stream_obj);
@@ -288,6 +288,19 @@ class PyFile {
  private:
   void check_open() const {
     if (closed()) throw nb::value_error("I/O operation on closed gpufile.File");
+  }
+  // As Python's own files: io.UnsupportedOperation (an OSError and a ValueError) for an IO the
+  // mode does not allow.
+  void check_open(sys::IoKind kind) const {
+    check_open();
+    const int access = open_flags(mode_) & O_ACCMODE;
+    const bool ok = kind == sys::IoKind::read ? access != O_WRONLY : access != O_RDONLY;
+    if (!ok) {
+      nb::object unsupported = nb::module_::import_("io").attr("UnsupportedOperation");
+      PyErr_SetString(unsupported.ptr(), kind == sys::IoKind::read ? "File not open for reading"
+                                                                   : "File not open for writing");
+      throw nb::python_error();
+    }
   }
 
   // Bytes to move: `size`, or the rest of the buffer after `buf_offset`; checked against it.

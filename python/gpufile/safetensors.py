@@ -1,0 +1,650 @@
+"""safetensors checkpoints straight into GPU memory, and back.
+
+    from gpufile.safetensors import load_file, save_file, safe_open
+    tensors = load_file("model.safetensors", device="cuda:0")       # dict of torch tensors
+    tensors = load_file("model.safetensors.index.json", device="cuda:0")   # sharded checkpoints
+    save_file(tensors, "copy.safetensors")
+
+The file format is the `safetensors` package's: files written by either load with the other.
+Every tensor's bytes go from the file to its final place in one IO through gpufile's pipelined
+data path (no extra copy, bounded pinned staging memory whatever the checkpoint's size).
+
+Lifetime: returned tensors own their memory. With ``views=True`` every tensor of a file is a view
+into one allocation holding the whole data section (one large read, the fastest load); that
+allocation lives as long as any of its views.
+
+Frameworks: "pt" (torch tensors), "numpy" (host only), "dlpack" (gpufile.DeviceArray objects on
+the GPU, which torch, CuPy and JAX take with from_dlpack, without a copy).
+"""
+from __future__ import annotations
+
+import json
+import os
+import struct
+from typing import Any, Callable, Dict, Iterable, List, Mapping, NamedTuple, Optional, Sequence, Tuple, Union
+
+from . import _dtypes
+from ._arrays import DeviceArray
+from ._gpufile import DeviceBuffer, File
+
+__all__ = ["SafetensorError", "TensorInfo", "Header", "parse_header", "read_header", "load_file",
+           "save_file", "safe_open", "shard_slice"]
+
+# The safetensors package refuses headers larger than this; so do we (a hostile file could
+# otherwise make us allocate and parse gigabytes).
+MAX_HEADER_SIZE = 100_000_000
+_ALIGNMENT = 8  # the header is padded with spaces so the data section starts 8-aligned
+
+PathLike = Union[str, "os.PathLike[str]"]
+
+
+class SafetensorError(ValueError):
+    """A malformed or unsupported safetensors file, or a bad argument."""
+
+
+class TensorInfo(NamedTuple):
+    name: str
+    dtype: str                 # safetensors dtype name
+    shape: Tuple[int, ...]
+    begin: int                 # byte offsets within the data section
+    end: int
+
+    @property
+    def nbytes(self) -> int:
+        return self.end - self.begin
+
+
+class Header(NamedTuple):
+    metadata: Optional[Dict[str, str]]
+    tensors: Dict[str, TensorInfo]  # in file order
+    data_start: int                 # file offset of the data section
+    file_size: int
+
+
+# ---- the header ---------------------------------------------------------------------------------
+
+def _reject_duplicates(pairs):
+    out = {}
+    for key, value in pairs:
+        if key in out:
+            raise SafetensorError(f"duplicate key {key!r} in the header")
+        out[key] = value
+    return out
+
+
+def _is_count(v) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool) and v >= 0
+
+
+def _tensor_info(name: str, entry: Any) -> TensorInfo:
+    if not isinstance(entry, dict):
+        raise SafetensorError(f"tensor {name!r}: its header entry is not an object")
+    dtype = entry.get("dtype")
+    if not isinstance(dtype, str):
+        raise SafetensorError(f"tensor {name!r}: missing or non-string dtype")
+    d = _dtypes.BY_NAME.get(dtype)
+    if d is None:
+        raise SafetensorError(f"tensor {name!r}: unknown or unsupported dtype {dtype!r}")
+    shape = entry.get("shape")
+    if not isinstance(shape, list) or not all(_is_count(n) for n in shape):
+        raise SafetensorError(f"tensor {name!r}: shape must be a list of non-negative integers")
+    offsets = entry.get("data_offsets")
+    if (not isinstance(offsets, list) or len(offsets) != 2 or not all(_is_count(n) for n in offsets)
+            or offsets[0] > offsets[1]):
+        raise SafetensorError(f"tensor {name!r}: data_offsets must be [begin, end] with 0 <= begin <= end")
+    count = 1
+    for n in shape:
+        count *= n
+    begin, end = offsets
+    if count * d.itemsize != end - begin:
+        raise SafetensorError(f"tensor {name!r}: shape {shape} of {dtype} is {count * d.itemsize} bytes, "
+                              f"but data_offsets span {end - begin}")
+    return TensorInfo(name, dtype, tuple(shape), begin, end)
+
+
+def parse_header(prefix: bytes, file_size: int) -> Header:
+    """Parses and checks a safetensors header.
+
+    `prefix` holds at least the file's first 8 + header-length bytes; `file_size` is the whole
+    file's size. Raises SafetensorError for anything the format does not allow: a header length
+    past the end of the file or over MAX_HEADER_SIZE, invalid JSON, unknown dtypes, shapes that do
+    not match their byte counts, and tensors that overlap, leave holes, or run past the end.
+    """
+    if file_size < 8 or len(prefix) < 8:
+        raise SafetensorError("file too small to be safetensors: no 8-byte header length")
+    (n,) = struct.unpack("<Q", prefix[:8])
+    if n > MAX_HEADER_SIZE:
+        raise SafetensorError(f"header length {n} exceeds the limit of {MAX_HEADER_SIZE} bytes")
+    if 8 + n > file_size:
+        raise SafetensorError(f"header length {n} runs past the end of the {file_size}-byte file")
+    if len(prefix) < 8 + n:
+        raise SafetensorError("the header is shorter than its stated length")
+    raw = bytes(prefix[8:8 + n])
+    if not raw.startswith(b"{"):
+        raise SafetensorError("the header is not a JSON object")
+    try:
+        root = json.loads(raw.decode("utf-8"), object_pairs_hook=_reject_duplicates)
+    except SafetensorError:
+        raise
+    except (UnicodeDecodeError, ValueError, RecursionError) as e:
+        raise SafetensorError(f"the header is not valid JSON: {e}") from None
+    if not isinstance(root, dict):
+        raise SafetensorError("the header is not a JSON object")
+
+    metadata = root.pop("__metadata__")
+    if metadata is not None:
+        if not isinstance(metadata, dict) or not all(
+                isinstance(k, str) and isinstance(v, str) for k, v in metadata.items()):
+            raise SafetensorError("__metadata__ must map strings to strings")
+    infos = [_tensor_info(name, entry) for name, entry in root.items()]
+
+    # The tensors must tile the data section exactly, as the safetensors package requires.
+    data_len = file_size - 8 - n
+    at = 0
+    for info in sorted(infos, key=lambda t: (t.begin, t.end)):
+        if info.begin != at:
+            what = "overlaps the tensor before it" if info.begin < at else "leaves a hole before it"
+            raise SafetensorError(f"tensor {info.name!r} at [{info.begin}, {info.end}) {what}")
+        at = info.end
+    if at != data_len:
+        raise SafetensorError(f"the tensors cover {at} bytes but the data section holds {data_len}")
+    infos.sort(key=lambda t: t.begin)
+    return Header(metadata, {t.name: t for t in infos}, 8 + n, file_size)
+
+
+def read_header(path: PathLike) -> Header:
+    """Reads and checks the header of a safetensors file (a few small reads, no data)."""
+    with open(path, "rb") as f:
+        size = os.fstat(f.fileno()).st_size
+        head = f.read(8)
+        if len(head) == 8:
+            (n,) = struct.unpack("<Q", head)
+            if n <= MAX_HEADER_SIZE and 8 + n <= size:
+                head += f.read(n)
+        return parse_header(head, size)
+
+
+# ---- devices and frameworks --------------------------------------------------------------------
+
+class _Target(NamedTuple):
+    framework: str      # "pt" | "numpy" | "dlpack"
+    cuda: bool
+    index: int
+    torch_device: Any   # torch.device for "pt", else None
+
+
+def _target(framework: str, device: Any) -> _Target:
+    if framework in ("np",):
+        framework = "numpy"
+    if framework not in ("pt", "torch", "numpy", "dlpack"):
+        raise SafetensorError(f"unknown framework {framework!r}: use 'pt', 'numpy' or 'dlpack'")
+    framework = "pt" if framework == "torch" else framework
+    text = str(device) if not isinstance(device, int) else f"cuda:{device}"
+    if text == "cpu":
+        cuda, index = False, 0
+    elif text == "cuda" or text.startswith("cuda:"):
+        cuda = True
+        try:
+            index = int(text[5:]) if text.startswith("cuda:") else 0
+        except ValueError:
+            raise SafetensorError(f"bad device {device!r}") from None
+    else:
+        raise SafetensorError(f"unsupported device {device!r}: use 'cpu', 'cuda' or 'cuda:N'")
+    if framework == "numpy" and cuda:
+        raise SafetensorError("framework 'numpy' loads into host memory only: use device='cpu'")
+    if framework == "dlpack" and not cuda:
+        raise SafetensorError("framework 'dlpack' loads into GPU memory: use device='cuda:N'")
+    torch_device = None
+    if framework == "pt":
+        import torch
+        torch_device = torch.device("cuda", index) if cuda else torch.device("cpu")
+    return _Target(framework, cuda, index, torch_device)
+
+
+def _torch_dtype(name: str):
+    import torch
+    dt = getattr(torch, _dtypes.BY_NAME[name].torch)
+    if dt is None:
+        raise SafetensorError(f"this torch has no {_dtypes.BY_NAME[name].torch} for {name}")
+    return dt
+
+
+def _numpy_dtype(name: str):
+    import numpy as np
+    d = _dtypes.BY_NAME[name]
+    if d.numpy is None:
+        raise SafetensorError(f"NumPy has no dtype for {name}: load it with framework='pt' or 'dlpack'")
+    return np.dtype(d.numpy)
+
+
+class _Dest(NamedTuple):
+    obj: Any      # what the caller gets (it keeps the memory alive while IO runs)
+    ptr: int      # where its bytes go
+
+
+def _allocate(t: _Target, dtype: str, shape: Tuple[int, ...]) -> _Dest:
+    """A new, owning array of `shape` for one tensor."""
+    if t.framework == "pt":
+        import torch
+        x = torch.empty(shape, dtype=_torch_dtype(dtype), device=t.torch_device)
+        return _Dest(x, x.data_ptr())
+    if t.framework == "numpy":
+        import numpy as np
+        x = np.empty(shape, dtype=_numpy_dtype(dtype))
+        return _Dest(x, x.ctypes.data)
+    x = DeviceArray.empty(shape, dtype, t.index)
+    return _Dest(x, x.ptr)
+
+
+def _region(t: _Target, nbytes: int) -> _Dest:
+    """One untyped allocation that views are cut from."""
+    if t.framework == "pt":
+        import torch
+        x = torch.empty(max(nbytes, 1), dtype=torch.uint8, device=t.torch_device)
+        return _Dest(x, x.data_ptr())
+    if t.framework == "numpy":
+        import numpy as np
+        x = np.empty(max(nbytes, 1), dtype=np.uint8)
+        return _Dest(x, x.ctypes.data)
+    x = DeviceBuffer(nbytes, t.index)
+    return _Dest(x, x.ptr)
+
+
+def _view(t: _Target, region: Any, info: TensorInfo, base: int) -> Any:
+    """The tensor `info` as a view into `region`, whose byte 0 is data-section offset `base`."""
+    lo, hi = info.begin - base, info.end - base
+    if t.framework == "pt":
+        return region[lo:hi].view(_torch_dtype(info.dtype)).view(info.shape)
+    if t.framework == "numpy":
+        return region[lo:hi].view(_numpy_dtype(info.dtype)).reshape(info.shape)
+    return DeviceArray(region, lo, info.shape, info.dtype)
+
+
+def _settle_allocations(t: _Target) -> None:
+    # The caching allocator may hand out memory that kernels queued on the current stream still
+    # use; gpufile's IO is ordered on no stream of the caller, so let that work finish first.
+    if t.framework == "pt" and t.cuda:
+        import torch
+        torch.cuda.current_stream(t.torch_device).synchronize()
+
+
+def _settle_sources(tensors: Iterable[Any]) -> None:
+    # Tensors produced by kernels still running must be complete before their bytes are read.
+    seen = set()
+    for x in tensors:
+        dev = getattr(x, "device")
+        if getattr(dev, "type", None) == "cuda" and dev not in seen:
+            import torch
+            torch.cuda.synchronize(dev)
+            seen.add(dev)
+
+
+# ---- IO ----------------------------------------------------------------------------------------
+
+class _Reads:
+    """Reads in flight; wait() checks every one and raises the first failure, after all ended."""
+
+    def __init__(self):
+        self._pending: List[Tuple[Any, int, str]] = []
+
+    def add(self, future, nbytes: int, what: str) -> None:
+        self._pending.append((future, nbytes, what))
+
+    def wait(self) -> None:
+        first: Optional[BaseException] = None
+        for future, nbytes, what in self._pending:
+            try:
+                got = future.result()
+                if got != nbytes and first is None:
+                    first = SafetensorError(f"{what}: the file ended after {got} of {nbytes} bytes "
+                                            "(truncated while loading?)")
+            except BaseException as e:  # noqa: BLE001 - every read must end before memory is let go
+                if first is None:
+                    first = e
+        self._pending.clear()
+        if first is not None:
+            raise first
+
+
+def _start_read(f: File, reads: _Reads, ptr: int, nbytes: int, file_offset: int, what: str) -> None:
+    if nbytes:
+        reads.add(f.pread_ptr(ptr, nbytes, file_offset), nbytes, what)
+
+
+def _runs(shape: Sequence[int], index: Sequence[Tuple[int, int]], itemsize: int):
+    """The contiguous byte runs of a box `index` ((start, stop) per dimension) of a C-order array,
+    as (source byte offset, length) in order. Trailing dimensions taken whole merge into one run.
+    """
+    ndim = len(shape)
+    k = ndim  # dims k.. are taken whole
+    while k > 0 and index[k - 1] == (0, shape[k - 1]):
+        k -= 1
+    strides = [itemsize] * (ndim + 1)
+    for i in range(ndim - 1, -1, -1):
+        strides[i] = strides[i + 1] * shape[i]
+    if k == 0:
+        yield 0, strides[0]
+        return
+    inner = strides[k]                       # bytes per element of dim k-1 (all of dims k..)
+    run_len = (index[k - 1][1] - index[k - 1][0]) * inner
+    if run_len == 0:
+        return
+    outer = [range(lo, hi) for lo, hi in index[:k - 1]]
+
+    def walk(dim: int, base: int):
+        if dim == k - 1:
+            yield base + index[k - 1][0] * inner, run_len
+            return
+        for i in outer[dim]:
+            yield from walk(dim + 1, base + i * strides[dim + 1])
+
+    yield from walk(0, 0)
+
+
+def _normalize_index(key: Any, shape: Tuple[int, ...]) -> Tuple[List[Tuple[int, int]], Tuple[int, ...]]:
+    """Basic indexing (ints and step-1 slices) to a box, and the result's shape."""
+    if not isinstance(key, tuple):
+        key = (key,)
+    if len(key) > len(shape):
+        raise IndexError(f"too many indices for a {len(shape)}-dimensional tensor")
+    box, out_shape = [], []
+    for dim, n in enumerate(shape):
+        k = key[dim] if dim < len(key) else slice(None)
+        if isinstance(k, slice):
+            start, stop, step = k.indices(n)
+            if step != 1:
+                raise SafetensorError("get_slice supports step 1 only")
+            stop = max(start, stop)
+            box.append((start, stop))
+            out_shape.append(stop - start)
+        elif isinstance(k, int) and not isinstance(k, bool):
+            i = k + n if k < 0 else k
+            if not 0 <= i < n:
+                raise IndexError(f"index {k} is out of range for dimension {dim} of size {n}")
+            box.append((i, i + 1))
+        else:
+            raise SafetensorError(f"unsupported index {k!r}: use ints and slices")
+    return box, tuple(out_shape)
+
+
+# ---- public API --------------------------------------------------------------------------------
+
+class _Source(NamedTuple):
+    path: str
+    header: Header
+    names: List[str]  # the tensors wanted from this file
+
+
+def _sources(path: PathLike) -> List[_Source]:
+    """One file, a model.safetensors.index.json, or a directory holding either."""
+    path = os.fspath(path)
+    if os.path.isdir(path):
+        index = os.path.join(path, "model.safetensors.index.json")
+        single = os.path.join(path, "model.safetensors")
+        if os.path.exists(index):
+            path = index
+        elif os.path.exists(single):
+            path = single
+        else:
+            files = sorted(f for f in os.listdir(path) if f.endswith(".safetensors"))
+            if not files:
+                raise SafetensorError(f"no .safetensors files in {path}")
+            return _sources_of([os.path.join(path, f) for f in files])
+    if path.endswith(".json"):
+        return _sources_of_index(path)
+    return _sources_of([path])
+
+
+def _sources_of(paths: Sequence[str]) -> List[_Source]:
+    out, seen = [], {}
+    for p in paths:
+        h = read_header(p)
+        for name in h.tensors:
+            if name in seen:
+                raise SafetensorError(f"tensor {name!r} is in both {seen[name]} and {p}")
+            seen[name] = p
+        out.append(_Source(p, h, list(h.tensors)))
+    return out
+
+
+def _sources_of_index(index_path: str) -> List[_Source]:
+    with open(index_path, "rb") as f:
+        try:
+            index = json.load(f)
+        except ValueError as e:
+            raise SafetensorError(f"{index_path}: not valid JSON: {e}") from None
+    weight_map = index.get("weight_map") if isinstance(index, dict) else None
+    if not isinstance(weight_map, dict) or not all(
+            isinstance(k, str) and isinstance(v, str) for k, v in weight_map.items()):
+        raise SafetensorError(f"{index_path}: no weight_map of tensor name -> file name")
+    base = os.path.dirname(os.path.abspath(index_path))
+    by_file: Dict[str, List[str]] = {}
+    for name, file in weight_map.items():
+        if os.path.isabs(file) or ".." in file.replace("\\", "/").split("/"):
+            raise SafetensorError(f"{index_path}: shard path {file!r} leaves the checkpoint's directory")
+        by_file.setdefault(file, []).append(name)
+    out = []
+    for file, names in by_file.items():
+        p = os.path.join(base, file)
+        h = read_header(p)
+        missing = [n for n in names if n not in h.tensors]
+        if missing:
+            raise SafetensorError(f"{p} lacks {len(missing)} tensor(s) the index maps to it, e.g. {missing[0]!r}")
+        out.append(_Source(p, h, names))
+    return out
+
+
+def load_file(filename: PathLike, device: Any = "cpu", *, framework: str = "pt",
+              views: bool = False) -> Dict[str, Any]:
+    """Loads every tensor of a checkpoint into `device`.
+
+    `filename` is a .safetensors file, a model.safetensors.index.json (sharded checkpoints: every
+    shard is read at once) or a directory holding either. Returns {name: tensor}. With
+    ``views=True`` each file's tensors are views into one allocation of its data section.
+    """
+    t = _target(framework, device)
+    sources = _sources(filename)
+    result: Dict[str, Any] = {}
+    plans = []
+    for src in sources:
+        h = src.header
+        if views:
+            lo = min((h.tensors[n].begin for n in src.names), default=0)
+            hi = max((h.tensors[n].end for n in src.names), default=0)
+            region = _region(t, hi - lo)
+            for n in src.names:
+                result[n] = _view(t, region.obj, h.tensors[n], lo)
+            plans.append((src, [(region.ptr, hi - lo, h.data_start + lo, src.path)]))
+        else:
+            ios = []
+            for n in src.names:
+                info = h.tensors[n]
+                dest = _allocate(t, info.dtype, info.shape)
+                result[n] = dest.obj
+                ios.append((dest.ptr, info.nbytes, h.data_start + info.begin, f"{src.path}: {n}"))
+            plans.append((src, ios))
+    _settle_allocations(t)
+    files, reads = [], _Reads()
+    try:
+        for src, ios in plans:
+            f = File(src.path, "r")
+            files.append(f)
+            for ptr, nbytes, offset, what in ios:
+                _start_read(f, reads, ptr, nbytes, offset, what)
+    finally:
+        reads.wait()  # every read ends (or fails) before anything is let go
+        for f in files:
+            f.close()
+    return result
+
+
+# ---- writing -----------------------------------------------------------------------------------
+
+class _Outgoing(NamedTuple):
+    dtype: str
+    shape: Tuple[int, ...]
+    ptr: int
+    nbytes: int
+    obj: Any
+
+
+def _describe_tensor(name: str, x: Any) -> _Outgoing:
+    mod = type(x).__module__
+    if mod.startswith("torch"):
+        if not x.is_contiguous():
+            raise SafetensorError(f"tensor {name!r} is not contiguous: call .contiguous() first")
+        d = _dtypes.from_torch(x.dtype)
+        return _Outgoing(d.name, tuple(x.shape), x.data_ptr(), x.numel() * d.itemsize, x)
+    if mod.startswith("numpy"):
+        if not x.flags["C_CONTIGUOUS"]:
+            raise SafetensorError(f"array {name!r} is not C-contiguous: use numpy.ascontiguousarray")
+        d = _dtypes.from_numpy(x.dtype)
+        return _Outgoing(d.name, tuple(x.shape), x.ctypes.data, x.nbytes, x)
+    if isinstance(x, DeviceArray):
+        return _Outgoing(x.dtype, x.shape, x.ptr, x.nbytes, x)
+    raise SafetensorError(f"tensor {name!r}: cannot save a {type(x).__name__}; pass torch tensors, "
+                          "NumPy arrays or gpufile.DeviceArray")
+
+
+def _layout(entries: Mapping[str, _Outgoing], metadata: Optional[Mapping[str, str]]) -> Tuple[bytes, List[Tuple[str, int]]]:
+    """The header bytes and each tensor's data offset, in the safetensors package's order
+    (larger dtypes first, then by name), so that both write the same bytes."""
+    rank = {name: i for i, name in enumerate(_dtypes.BY_NAME)}
+    order = sorted(entries, key=lambda n: (-rank[entries[n].dtype], n))
+    header: Dict[str, Any] = {}
+    if metadata is not None:
+        if not all(isinstance(k, str) and isinstance(v, str) for k, v in metadata.items()):
+            raise SafetensorError("metadata must map strings to strings")
+        header["__metadata__"] = dict(metadata)
+    at, offsets = 0, []
+    for n in order:
+        e = entries[n]
+        header[n] = {"dtype": e.dtype, "shape": list(e.shape), "data_offsets": [at, at + e.nbytes]}
+        offsets.append((n, at))
+        at += e.nbytes
+    raw = json.dumps(header, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
+    raw += b" " * (-len(raw) % _ALIGNMENT)
+    return struct.pack("<Q", len(raw)) + raw, offsets
+
+
+def save_file(tensors: Mapping[str, Any], filename: PathLike,
+              metadata: Optional[Mapping[str, str]] = None, *, fsync: bool = False) -> None:
+    """Writes tensors (torch on any device, NumPy, gpufile.DeviceArray) as a safetensors file.
+
+    GPU tensors are written from GPU memory through gpufile's pipelined write path, without a
+    copy to a host tensor first. With ``fsync=True`` the data is on storage when this returns.
+    """
+    if not isinstance(tensors, Mapping):
+        raise SafetensorError("tensors must be a mapping of name -> tensor")
+    entries = {}
+    for name, x in tensors.items():
+        if not isinstance(name, str) or name == "__metadata__":
+            raise SafetensorError(f"invalid tensor name {name!r}")
+        entries[name] = _describe_tensor(name, x)
+    head, offsets = _layout(entries, metadata)
+    _settle_sources(tensors.values())
+    with File(os.fspath(filename), "w") as f:
+        writes = _Reads()
+        try:
+            writes.add(f.pwrite(head), len(head), "header")
+            for name, at in offsets:
+                e = entries[name]
+                if e.nbytes:
+                    writes.add(f.pwrite_ptr(e.ptr, e.nbytes, len(head) + at), e.nbytes, name)
+        finally:
+            writes.wait()
+        if fsync:
+            os.fsync(f.fileno())
+
+
+# ---- lazy access ---------------------------------------------------------------------------------
+
+class _Slice:
+    """A tensor of an open file, read only in the part that is indexed."""
+
+    def __init__(self, owner: "safe_open", info: TensorInfo):
+        self._owner, self._info = owner, info
+
+    def get_shape(self) -> List[int]:
+        return list(self._info.shape)
+
+    def get_dtype(self) -> str:
+        return self._info.dtype
+
+    def __getitem__(self, key: Any) -> Any:
+        box, shape = _normalize_index(key, self._info.shape)
+        return self._owner._read_box(self._info, box, shape)
+
+
+class safe_open:
+    """Lazy access to one safetensors file, as the safetensors package's safe_open:
+
+        with safe_open("model.safetensors", framework="pt", device="cuda:0") as f:
+            for name in f.keys():
+                t = f.get_tensor(name)
+            rows = f.get_slice("embed.weight")[1000:2000]   # reads just those rows
+    """
+
+    def __init__(self, filename: PathLike, framework: str = "pt", device: Any = "cpu"):
+        self._path = os.fspath(filename)
+        self._target = _target(framework, device)
+        self._header = read_header(self._path)
+        self._file: Optional[File] = File(self._path, "r")
+
+    def __enter__(self) -> "safe_open":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def close(self) -> None:
+        if self._file is not None:
+            self._file.close()
+            self._file = None
+
+    def keys(self) -> List[str]:
+        return list(self._header.tensors)
+
+    def offset_keys(self) -> List[str]:
+        return self.keys()
+
+    def metadata(self) -> Optional[Dict[str, str]]:
+        return None if self._header.metadata is None else dict(self._header.metadata)
+
+    def _info(self, name: str) -> TensorInfo:
+        info = self._header.tensors.get(name)
+        if info is None:
+            raise SafetensorError(f"no tensor named {name!r} in {self._path}")
+        return info
+
+    def get_tensor(self, name: str) -> Any:
+        info = self._info(name)
+        return self._read_box(info, [(0, n) for n in info.shape], info.shape)
+
+    def get_slice(self, name: str) -> _Slice:
+        return _Slice(self, self._info(name))
+
+    def _read_box(self, info: TensorInfo, box: List[Tuple[int, int]], shape: Tuple[int, ...]) -> Any:
+        if self._file is None:
+            raise SafetensorError("the file is closed")
+        dest = _allocate(self._target, info.dtype, shape)
+        _settle_allocations(self._target)
+        base = self._header.data_start + info.begin
+        reads, at = _Reads(), 0
+        try:
+            for src, length in _runs(info.shape, box, _dtypes.BY_NAME[info.dtype].itemsize):
+                _start_read(self._file, reads, dest.ptr + at, length, base + src, info.name)
+                at += length
+        finally:
+            reads.wait()
+        return dest.obj
+
+
+def shard_slice(shape: Sequence[int], dim: int, rank: int, world_size: int) -> Tuple[slice, ...]:
+    """The index of `rank`'s part when a tensor is split into `world_size` parts along `dim`
+    (the first size % world_size parts one larger, as numpy.array_split and torch.tensor_split)."""
+    n = shape[dim]
+    base, extra = divmod(n, world_size)
+    start = rank * base + min(rank, extra)
+    stop = start + base + (1 if rank < extra else 0)
+    return tuple(slice(start, stop) if i == dim else slice(None) for i in range(len(shape)))

@@ -1,0 +1,39 @@
+"""Shared fixtures of the Python tests.
+
+Without a GPU these run against the CUDA driver test double (GPUFILE_CUDA_LIBRARY points at it;
+scripts/test.sh sets it), whose "device memory" the CPU cannot touch: a stray host access to device
+memory crashes the test. On the GPU machine the same tests run against the real driver.
+"""
+import os
+
+import numpy as np
+import pytest
+
+import gpufile
+
+
+@pytest.fixture
+def rng():
+    return np.random.default_rng(1234)
+
+
+@pytest.fixture
+def data_file(tmp_path, rng):
+    """A factory: data_file(nbytes) -> (path, the file's bytes as a uint8 array)."""
+    def make(nbytes: int, name: str = "data.bin"):
+        data = rng.integers(0, 256, size=nbytes, dtype=np.uint8)
+        path = tmp_path / name
+        data.tofile(path)
+        return path, data
+    return make
+
+
+def device_bytes(buf, nbytes=None, offset=0) -> np.ndarray:
+    """The bytes of a gpufile.DeviceBuffer, copied to the host."""
+    out = np.empty(buf.nbytes - offset if nbytes is None else nbytes, dtype=np.uint8)
+    buf.copy_to_host(out, offset)
+    return out
+
+
+needs_gpu_driver = pytest.mark.skipif(not gpufile.cuda_available(),
+                                      reason="no CUDA driver (nor its test double)")

@@ -1,0 +1,291 @@
+"""gpufile.File: reads and writes between files and host or device memory, futures, stream IO,
+the buffer kinds it accepts, and the errors it raises."""
+import io
+import os
+import subprocess
+import sys
+import threading
+
+import numpy as np
+import pytest
+
+import gpufile
+from conftest import device_bytes, needs_gpu_driver
+
+MiB = 1 << 20
+
+
+# ---- host memory --------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("nbytes", [1, 4095, 4096, 65 * 1024, 3 * MiB + 17, 16 * MiB])
+def test_read_into_numpy(data_file, nbytes):
+    path, data = data_file(nbytes)
+    out = np.zeros(nbytes, dtype=np.uint8)
+    with gpufile.open(path) as f:
+        assert f.size() == nbytes
+        assert f.read(out) == nbytes
+    assert np.array_equal(out, data)
+
+
+def test_read_with_offsets_and_size(data_file):
+    path, data = data_file(1 * MiB)
+    out = np.full(4096, 7, dtype=np.uint8)
+    with gpufile.open(path) as f:
+        assert f.read(out, size=1000, file_offset=12345, buf_offset=100) == 1000
+    assert np.array_equal(out[100:1100], data[12345:13345])
+    assert (out[:100] == 7).all() and (out[1100:] == 7).all()
+
+
+def test_read_is_short_only_at_end_of_file(data_file):
+    path, data = data_file(10_000)
+    out = np.zeros(8192, dtype=np.uint8)
+    with gpufile.open(path) as f:
+        assert f.read(out, file_offset=6000) == 4000
+        assert f.read(out, file_offset=10_000) == 0
+        assert f.read(out, file_offset=50_000) == 0
+    assert np.array_equal(out[:4000], data[6000:])
+
+
+def test_write_then_read_back(tmp_path, rng):
+    data = rng.integers(0, 256, size=5 * MiB + 3, dtype=np.uint8)
+    path = tmp_path / "w.bin"
+    with gpufile.open(path, "w") as f:
+        assert f.write(data) == data.size
+        assert f.write(b"tail", file_offset=data.size) == 4
+    assert path.read_bytes() == data.tobytes() + b"tail"
+
+
+@pytest.mark.parametrize("make", [bytearray, lambda n: memoryview(bytearray(n)),
+                                  lambda n: np.zeros(n // 4, dtype=np.float32)])
+def test_buffer_protocol_objects(data_file, make):
+    path, data = data_file(64 * 1024)
+    buf = make(64 * 1024)
+    with gpufile.open(path) as f:
+        assert f.read(buf) == 64 * 1024
+    assert bytes(memoryview(buf).cast("B")) == data.tobytes()
+
+
+class DLPackOnly:
+    """Offers its memory through DLPack alone (like a CPU torch tensor)."""
+    def __init__(self, inner):
+        self.inner = inner
+
+    def __dlpack__(self, **kw):
+        return self.inner.__dlpack__(**kw)
+
+    def __dlpack_device__(self):
+        return self.inner.__dlpack_device__()
+
+
+def test_dlpack_host_memory(data_file):
+    path, data = data_file(100_000)
+    arr = np.zeros(25_000, dtype=np.int32)
+    with gpufile.open(path) as f:
+        assert f.read(DLPackOnly(arr)) == 100_000
+    assert arr.tobytes() == data.tobytes()
+
+
+def test_modes(tmp_path):
+    p = tmp_path / "m.bin"
+    with gpufile.open(p, "w+") as f:
+        assert f.mode == "w+" and f.name == str(p)
+        f.write(b"abcdef")
+        out = bytearray(6)
+        assert f.read(out) == 6 and out == b"abcdef"
+    with gpufile.open(p, "a") as f:  # keeps the contents, writes at the offset given
+        f.write(b"XY", file_offset=2)
+    assert p.read_bytes() == b"abXYef"
+    with pytest.raises(FileExistsError):
+        gpufile.open(p, "x")
+    with pytest.raises(ValueError, match="invalid mode"):
+        gpufile.open(p, "rw")
+
+
+# ---- futures ------------------------------------------------------------------------------------
+
+def test_pread_pwrite_futures(tmp_path, rng):
+    data = rng.integers(0, 256, size=8 * MiB, dtype=np.uint8)
+    path = tmp_path / "f.bin"
+    with gpufile.open(path, "w+") as f:
+        futs = [f.pwrite(data[i:i + MiB], file_offset=i) for i in range(0, data.size, MiB)]
+        assert sum(fu.result() for fu in futs) == data.size
+        assert all(fu.done() for fu in futs)
+        out = np.zeros_like(data)
+        futs = [f.pread(out, size=MiB, file_offset=i, buf_offset=i) for i in range(0, data.size, MiB)]
+        assert [fu.result(timeout=60) for fu in futs] == [MiB] * 8
+        assert futs[0].result() == MiB  # asking again gives the same answer
+    assert np.array_equal(out, data)
+
+
+def test_future_keeps_its_buffer_alive(data_file):
+    path, data = data_file(2 * MiB)
+    with gpufile.open(path) as f:
+        fut = f.pread(bytearray(2 * MiB))  # nobody else holds the bytearray
+        assert fut.result() == 2 * MiB
+
+
+def test_dropping_a_future_waits_for_it(data_file):
+    path, _ = data_file(4 * MiB)
+    def bytes_read():  # per-path counters count whatever the stats level
+        return sum(p["bytes"] for p in gpufile.stats()["read"]["paths"].values())
+    before = bytes_read()
+    with gpufile.open(path) as f:
+        for _ in range(20):
+            f.pread(np.zeros(4 * MiB, dtype=np.uint8))  # dropped at once: waits, then frees
+        # Every IO finished (and was counted) before its Future and its buffer went away.
+        assert bytes_read() - before == 20 * 4 * MiB
+
+
+def test_close_waits_for_futures_it_did_not_see(data_file):
+    path, data = data_file(8 * MiB)
+    out = np.zeros(8 * MiB, dtype=np.uint8)
+    f = gpufile.open(path)
+    fut = f.pread(out)
+    f.close()
+    assert fut.done() and fut.result() == 8 * MiB
+    assert np.array_equal(out, data)
+
+
+# ---- device memory (the test double without a GPU) ------------------------------------------------
+
+@needs_gpu_driver
+@pytest.mark.parametrize("nbytes", [100, 64 * 1024, 64 * 1024 + 1, 9 * MiB + 5])
+def test_device_round_trip(tmp_path, rng, nbytes):
+    data = rng.integers(0, 256, size=nbytes, dtype=np.uint8)
+    src = tmp_path / "src.bin"
+    data.tofile(src)
+    buf = gpufile.DeviceBuffer(nbytes)
+    with gpufile.open(src) as f:
+        assert f.read(buf) == nbytes
+    assert np.array_equal(device_bytes(buf), data)
+    dst = tmp_path / "dst.bin"
+    with gpufile.open(dst, "w") as f:
+        assert f.pwrite(buf).result() == nbytes
+    assert dst.read_bytes() == data.tobytes()
+
+
+@needs_gpu_driver
+def test_device_array_through_dlpack(data_file):
+    path, data = data_file(1 * MiB)
+    arr = gpufile.DeviceArray.empty((MiB // 2,), "BF16")
+    assert arr.__dlpack_device__() == (2, 0)
+    with gpufile.open(path) as f:
+        assert f.read(DLPackOnly(arr)) == MiB  # the DLPack path, not the CUDA array interface
+    assert arr.to_bytes() == data.tobytes()
+    with pytest.raises(AttributeError):
+        arr.__cuda_array_interface__  # bf16 has no typestr
+
+
+@needs_gpu_driver
+def test_stream_read_and_write(tmp_path, data_file):
+    path, data = data_file(3 * MiB + 100)
+    buf = gpufile.DeviceBuffer(data.size)
+    with gpufile.open(path) as f:
+        sf = f.read_async(buf, 0)  # the legacy default stream
+        assert sf.result() == data.size and sf.done()
+    assert np.array_equal(device_bytes(buf), data)
+    out = tmp_path / "out.bin"
+    with gpufile.open(out, "w") as f:
+        assert f.write_async(buf, 0, size=1000, file_offset=10, buf_offset=5).result() == 1000
+    assert out.read_bytes() == b"\0" * 10 + data[5:1005].tobytes()
+
+
+@needs_gpu_driver
+def test_device_buffer_bounds():
+    buf = gpufile.DeviceBuffer(1000)
+    with pytest.raises(ValueError, match="do not fit"):
+        buf.copy_to_host(bytearray(10), 995)
+    with pytest.raises(ValueError, match="does not fit"):
+        gpufile.DeviceArray(buf, 900, (200,), "U8")
+    with pytest.raises(ValueError, match="does not exist"):
+        gpufile.DeviceBuffer(10, device=99)
+
+
+# ---- bad input ----------------------------------------------------------------------------------
+
+def test_bad_input_is_a_clear_error(data_file, tmp_path):
+    path, _ = data_file(4096)
+    with gpufile.open(path) as f:
+        with pytest.raises(ValueError, match="read-only"):
+            f.read(b"immutable")
+        with pytest.raises(ValueError, match="C-contiguous"):
+            f.read(np.zeros((64, 64), dtype=np.uint8)[:, ::2])
+        with pytest.raises(TypeError, match="neither"):
+            f.read(object())
+        with pytest.raises(ValueError, match="does not fit"):
+            f.read(bytearray(10), size=11)
+        with pytest.raises(ValueError, match="past the end"):
+            f.read(bytearray(10), buf_offset=11)
+        with pytest.raises(ValueError):
+            f.read(bytearray(10), file_offset=-1)
+        with pytest.raises(io.UnsupportedOperation, match="not open for writing"):
+            f.write(b"x")
+    with pytest.raises(ValueError, match="closed"):
+        f.read(bytearray(1))
+    with pytest.raises(FileNotFoundError) as e:
+        gpufile.open(tmp_path / "missing")
+    assert e.value.errno == 2 and e.value.filename == str(tmp_path / "missing")
+    with pytest.raises(IsADirectoryError):
+        gpufile.open(tmp_path, "w")
+    with gpufile.open(tmp_path / "wo", "w") as f:
+        with pytest.raises(io.UnsupportedOperation, match="not open for reading"):
+            f.pread(bytearray(1))
+
+
+# ---- settings, statistics, the GIL ----------------------------------------------------------------
+
+def test_settings_and_stats(data_file):
+    path, _ = data_file(256 * 1024)
+    gpufile.driver_close()
+    assert not gpufile.driver_is_open()
+    gpufile.set_setting("gpufile.workers", 3)
+    gpufile.set_setting("gpufile.direct_io", "never")
+    with pytest.raises(ValueError, match="unknown setting"):
+        gpufile.set_setting("gpufile.no_such_thing", 1)
+    with pytest.raises(ValueError, match="0..256"):
+        gpufile.set_setting("gpufile.workers", 1000)
+    assert gpufile.settings()["gpufile.workers"] == 3
+    gpufile.stats_reset()
+    with gpufile.open(path) as f:
+        f.read(bytearray(256 * 1024))
+        s = gpufile.settings()
+        assert s["gpufile.workers"] == 3 and s["gpufile.direct_io"] == "never"
+        with pytest.raises(gpufile.Error, match="driver opens"):
+            gpufile.set_setting("gpufile.workers", 4)
+    st = gpufile.stats()
+    assert st["read"]["paths"]["page_cache"]["bytes"] == 256 * 1024
+    assert gpufile.engine() in ("io_uring", "posix")
+    gpufile.driver_close()  # the next test opens with defaults again
+    assert gpufile.settings()["gpufile.workers"] == 0
+
+
+GIL_PROBE = r"""
+import threading, time, numpy as np, gpufile
+ticks = 0
+stop = False
+def count():
+    global ticks
+    while not stop:
+        ticks += 1
+        time.sleep(0.0005)
+t = threading.Thread(target=count); t.start()
+buf = gpufile.DeviceBuffer(64 << 20)
+with gpufile.open(PATH) as f:
+    time.sleep(0.05)
+    before = ticks
+    f.read(buf)
+    during = ticks - before
+stop = True; t.join()
+print(during)
+"""
+
+
+@pytest.mark.skipif("fakecuda" not in os.environ.get("GPUFILE_CUDA_LIBRARY", ""),
+                    reason="slows the copies down through the test double's delay knob")
+def test_io_releases_the_gil(data_file):
+    path, _ = data_file(64 * MiB)
+    env = dict(os.environ, FAKECUDA_ASYNC_DELAY_US="20000")  # ~16 slow copies: >= 0.3 s of IO
+    out = subprocess.run([sys.executable, "-c", GIL_PROBE.replace("PATH", repr(str(path)))],
+                         env=env, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert int(out.stdout) > 10, "another Python thread did not run while a read was in progress"
