@@ -28,7 +28,7 @@ from ._arrays import DeviceArray
 from ._gpufile import DeviceBuffer, File
 
 __all__ = ["SafetensorError", "TensorInfo", "Header", "parse_header", "read_header", "load_file",
-           "save_file", "safe_open", "shard_slice"]
+           "save_file", "safe_open", "load_sharded", "shard_slice"]
 
 # The safetensors package refuses headers larger than this; so do we (a hostile file could
 # otherwise make us allocate and parse gigabytes).
@@ -131,7 +131,7 @@ def parse_header(prefix: bytes, file_size: int) -> Header:
     if not isinstance(root, dict):
         raise SafetensorError("the header is not a JSON object")
 
-    metadata = root.pop("__metadata__")
+    metadata = root.pop("__metadata__", None)
     if metadata is not None:
         if not isinstance(metadata, dict) or not all(
                 isinstance(k, str) and isinstance(v, str) for k, v in metadata.items()):
@@ -169,7 +169,7 @@ def read_header(path: PathLike) -> Header:
 class _Target(NamedTuple):
     framework: str      # "pt" | "numpy" | "dlpack"
     cuda: bool
-    index: int
+    ordinal: int        # CUDA device number
     torch_device: Any   # torch.device for "pt", else None
 
 
@@ -203,7 +203,7 @@ def _target(framework: str, device: Any) -> _Target:
 
 def _torch_dtype(name: str):
     import torch
-    dt = getattr(torch, _dtypes.BY_NAME[name].torch)
+    dt = getattr(torch, _dtypes.BY_NAME[name].torch, None)
     if dt is None:
         raise SafetensorError(f"this torch has no {_dtypes.BY_NAME[name].torch} for {name}")
     return dt
@@ -232,7 +232,7 @@ def _allocate(t: _Target, dtype: str, shape: Tuple[int, ...]) -> _Dest:
         import numpy as np
         x = np.empty(shape, dtype=_numpy_dtype(dtype))
         return _Dest(x, x.ctypes.data)
-    x = DeviceArray.empty(shape, dtype, t.index)
+    x = DeviceArray.empty(shape, dtype, t.ordinal)
     return _Dest(x, x.ptr)
 
 
@@ -246,7 +246,7 @@ def _region(t: _Target, nbytes: int) -> _Dest:
         import numpy as np
         x = np.empty(max(nbytes, 1), dtype=np.uint8)
         return _Dest(x, x.ctypes.data)
-    x = DeviceBuffer(nbytes, t.index)
+    x = DeviceBuffer(nbytes, t.ordinal)
     return _Dest(x, x.ptr)
 
 
@@ -272,7 +272,7 @@ def _settle_sources(tensors: Iterable[Any]) -> None:
     # Tensors produced by kernels still running must be complete before their bytes are read.
     seen = set()
     for x in tensors:
-        dev = getattr(x, "device")
+        dev = getattr(x, "device", None)
         if getattr(dev, "type", None) == "cuda" and dev not in seen:
             import torch
             torch.cuda.synchronize(dev)
@@ -396,7 +396,8 @@ def _sources(path: PathLike) -> List[_Source]:
 
 
 def _sources_of(paths: Sequence[str]) -> List[_Source]:
-    out, seen = [], {}
+    out: List[_Source] = []
+    seen: Dict[str, str] = {}
     for p in paths:
         h = read_header(p)
         for name in h.tensors:
@@ -434,6 +435,33 @@ def _sources_of_index(index_path: str) -> List[_Source]:
     return out
 
 
+def _read_all(t: _Target, plans: Sequence[Tuple[str, Sequence[Tuple[int, int, int, str]]]]) -> None:
+    """Runs every read of `plans` ((path, [(ptr, nbytes, file offset, what)]) per file) at once,
+    all files together, and returns once all ended; raises the first failure."""
+    _settle_allocations(t)
+    files, reads = [], _Reads()
+    try:
+        for path, ios in plans:
+            f = File(path, "r")
+            files.append(f)
+            for ptr, nbytes, offset, what in ios:
+                _start_read(f, reads, ptr, nbytes, offset, what)
+    finally:
+        reads.wait()  # every read ends (or fails) before anything is let go
+        for f in files:
+            f.close()
+
+
+def _box_reads(dest_ptr: int, info: TensorInfo, box: Sequence[Tuple[int, int]], data_start: int,
+               what: str) -> List[Tuple[int, int, int, str]]:
+    """The reads that fill a C-order array at dest_ptr with the part `box` of tensor `info`."""
+    ios, at = [], 0
+    for src, length in _runs(info.shape, box, _dtypes.BY_NAME[info.dtype].itemsize):
+        ios.append((dest_ptr + at, length, data_start + info.begin + src, what))
+        at += length
+    return ios
+
+
 def load_file(filename: PathLike, device: Any = "cpu", *, framework: str = "pt",
               views: bool = False) -> Dict[str, Any]:
     """Loads every tensor of a checkpoint into `device`.
@@ -443,10 +471,9 @@ def load_file(filename: PathLike, device: Any = "cpu", *, framework: str = "pt",
     ``views=True`` each file's tensors are views into one allocation of its data section.
     """
     t = _target(framework, device)
-    sources = _sources(filename)
     result: Dict[str, Any] = {}
     plans = []
-    for src in sources:
+    for src in _sources(filename):
         h = src.header
         if views:
             lo = min((h.tensors[n].begin for n in src.names), default=0)
@@ -454,28 +481,87 @@ def load_file(filename: PathLike, device: Any = "cpu", *, framework: str = "pt",
             region = _region(t, hi - lo)
             for n in src.names:
                 result[n] = _view(t, region.obj, h.tensors[n], lo)
-            plans.append((src, [(region.ptr, hi - lo, h.data_start + lo, src.path)]))
-        else:
-            ios = []
-            for n in src.names:
-                info = h.tensors[n]
+            plans.append((src.path, [(region.ptr, hi - lo, h.data_start + lo, src.path)]))
+            continue
+        ios = []
+        for n in src.names:
+            info = h.tensors[n]
+            dest = _allocate(t, info.dtype, info.shape)
+            result[n] = dest.obj
+            ios.append((dest.ptr, info.nbytes, h.data_start + info.begin, f"{src.path}: {n}"))
+        plans.append((src.path, ios))
+    _read_all(t, plans)
+    return result
+
+
+SplitRule = Union[Mapping[str, Optional[int]], Callable[[str, Tuple[int, ...]], Optional[int]]]
+
+
+def load_sharded(filename: PathLike, device: Any, split: SplitRule, *, rank: Optional[int] = None,
+                 world_size: Optional[int] = None, process_group: Any = None,
+                 replicated: str = "read", framework: str = "pt") -> Dict[str, Any]:
+    """Tensor-parallel loading: each rank gets its own part of every split tensor.
+
+    `split` says, per tensor, the dimension it is split along (0: rows, 1: columns, ...) or None
+    for a tensor every rank holds whole; a mapping (missing names: None) or a function of (name,
+    shape). Parts follow torch.tensor_split / numpy.array_split (the first size % world_size parts
+    one larger). Each rank reads only the bytes of its part. Rank and world size come from
+    `process_group` (torch.distributed; the default group if initialised) unless given.
+
+    `replicated`: "read" (every rank reads whole tensors itself; best when the file is in the page
+    cache or on fast storage) or "broadcast" (the group's first rank reads them once and
+    broadcasts them; best when storage is the bottleneck and the ranks are linked by NVLink).
+    """
+    if replicated not in ("read", "broadcast"):
+        raise SafetensorError(f"replicated must be 'read' or 'broadcast', not {replicated!r}")
+    rank, world_size, dist = _ranks(rank, world_size, process_group, replicated)
+    rule = split if callable(split) else (lambda name, shape, m=split: m.get(name))
+    t = _target(framework, device)
+    result: Dict[str, Any] = {}
+    plans, to_broadcast = [], []
+    for src in _sources(filename):
+        h, ios = src.header, []
+        for n in src.names:
+            info = h.tensors[n]
+            dim = rule(n, info.shape)
+            if dim is None:
                 dest = _allocate(t, info.dtype, info.shape)
                 result[n] = dest.obj
+                if replicated == "broadcast":
+                    to_broadcast.append(n)
+                    if rank != 0:
+                        continue
                 ios.append((dest.ptr, info.nbytes, h.data_start + info.begin, f"{src.path}: {n}"))
-            plans.append((src, ios))
-    _settle_allocations(t)
-    files, reads = [], _Reads()
-    try:
-        for src, ios in plans:
-            f = File(src.path, "r")
-            files.append(f)
-            for ptr, nbytes, offset, what in ios:
-                _start_read(f, reads, ptr, nbytes, offset, what)
-    finally:
-        reads.wait()  # every read ends (or fails) before anything is let go
-        for f in files:
-            f.close()
+                continue
+            if not 0 <= dim < len(info.shape):
+                raise SafetensorError(f"tensor {n!r} of shape {info.shape} has no dimension {dim} to split")
+            box, shape = _normalize_index(shard_slice(info.shape, dim, rank, world_size), info.shape)
+            dest = _allocate(t, info.dtype, shape)
+            result[n] = dest.obj
+            ios.extend(_box_reads(dest.ptr, info, box, h.data_start, f"{src.path}: {n}"))
+        plans.append((src.path, ios))
+    _read_all(t, plans)
+    if to_broadcast:
+        src_rank = dist.get_global_rank(process_group, 0) if process_group is not None else 0
+        for n in to_broadcast:
+            dist.broadcast(result[n], src=src_rank, group=process_group)
     return result
+
+
+def _ranks(rank, world_size, process_group, replicated):
+    """(rank, world size, torch.distributed or None) from the arguments or the process group."""
+    dist = None
+    if rank is None or world_size is None or replicated == "broadcast":
+        import torch.distributed as dist
+        if not dist.is_initialized():
+            raise SafetensorError("no rank/world_size given and torch.distributed is not initialised")
+        if rank is None:
+            rank = dist.get_rank(process_group)
+        if world_size is None:
+            world_size = dist.get_world_size(process_group)
+    if not (isinstance(world_size, int) and world_size >= 1 and isinstance(rank, int) and 0 <= rank < world_size):
+        raise SafetensorError(f"bad rank {rank!r} / world_size {world_size!r}")
+    return rank, world_size, dist
 
 
 # ---- writing -----------------------------------------------------------------------------------
@@ -629,12 +715,10 @@ class safe_open:
             raise SafetensorError("the file is closed")
         dest = _allocate(self._target, info.dtype, shape)
         _settle_allocations(self._target)
-        base = self._header.data_start + info.begin
-        reads, at = _Reads(), 0
+        reads = _Reads()
         try:
-            for src, length in _runs(info.shape, box, _dtypes.BY_NAME[info.dtype].itemsize):
-                _start_read(self._file, reads, dest.ptr + at, length, base + src, info.name)
-                at += length
+            for ptr, nbytes, offset, what in _box_reads(dest.ptr, info, box, self._header.data_start, info.name):
+                _start_read(self._file, reads, ptr, nbytes, offset, what)
         finally:
             reads.wait()
         return dest.obj

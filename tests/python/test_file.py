@@ -289,3 +289,39 @@ def test_io_releases_the_gil(data_file):
                          env=env, capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     assert int(out.stdout) > 10, "another Python thread did not run while a read was in progress"
+
+
+# ---- frameworks on the GPU machine --------------------------------------------------------------
+
+def _framework_arrays():
+    """(name, make(nbytes) -> GPU array, to_numpy) for the GPU frameworks installed here."""
+    out = []
+    try:
+        import cupy
+        if cupy.cuda.runtime.getDeviceCount() > 0:
+            out.append(("cupy", lambda n: cupy.zeros(n, dtype=cupy.uint8), lambda a: cupy.asnumpy(a)))
+    except Exception:  # noqa: BLE001 - absent or without a GPU
+        pass
+    try:
+        import torch
+        if torch.cuda.is_available():
+            out.append(("torch", lambda n: torch.zeros(n, dtype=torch.uint8, device="cuda"),
+                        lambda a: a.cpu().numpy()))
+            out.append(("torch-dlpack", lambda n: DLPackOnly(torch.zeros(n, dtype=torch.uint8, device="cuda")),
+                        lambda a: a.inner.cpu().numpy()))
+    except Exception:  # noqa: BLE001
+        pass
+    return out
+
+
+@pytest.mark.parametrize("name,make,to_numpy", _framework_arrays() or
+                         [pytest.param(None, None, None, marks=pytest.mark.skip(reason="no GPU framework"))])
+def test_framework_arrays(data_file, tmp_path, name, make, to_numpy):
+    path, data = data_file(5 * MiB + 7)
+    arr = make(data.size)
+    with gpufile.open(path) as f:
+        assert f.read(arr) == data.size
+    assert np.array_equal(to_numpy(arr), data), name
+    with gpufile.open(tmp_path / "out.bin", "w") as f:
+        assert f.pwrite(arr).result() == data.size
+    assert (tmp_path / "out.bin").read_bytes() == data.tobytes()
