@@ -34,6 +34,7 @@ __all__ = ["SafetensorError", "TensorInfo", "Header", "parse_header", "read_head
 # otherwise make us allocate and parse gigabytes).
 MAX_HEADER_SIZE = 100_000_000
 _ALIGNMENT = 8  # the header is padded with spaces so the data section starts 8-aligned
+_MAX_COUNT = 1 << 63
 
 PathLike = Union[str, "os.PathLike[str]"]
 
@@ -92,9 +93,15 @@ def _tensor_info(name: str, entry: Any) -> TensorInfo:
     if (not isinstance(offsets, list) or len(offsets) != 2 or not all(_is_count(n) for n in offsets)
             or offsets[0] > offsets[1]):
         raise SafetensorError(f"tensor {name!r}: data_offsets must be [begin, end] with 0 <= begin <= end")
+    # Sizes beyond what a signed 64-bit count holds are refused here: no framework can allocate
+    # them, and the safetensors package refuses them too.
     count = 1
     for n in shape:
+        if n >= _MAX_COUNT:
+            raise SafetensorError(f"tensor {name!r}: dimension {n} is too large")
         count *= n
+    if count * d.itemsize >= _MAX_COUNT:
+        raise SafetensorError(f"tensor {name!r}: shape {shape} is too large")
     begin, end = offsets
     if count * d.itemsize != end - begin:
         raise SafetensorError(f"tensor {name!r}: shape {shape} of {dtype} is {count * d.itemsize} bytes, "
@@ -224,6 +231,15 @@ class _Dest(NamedTuple):
 
 def _allocate(t: _Target, dtype: str, shape: Tuple[int, ...]) -> _Dest:
     """A new, owning array of `shape` for one tensor."""
+    try:
+        return _allocate_unchecked(t, dtype, shape)
+    except (ValueError, OverflowError) as e:  # shapes the framework cannot represent (not OOM)
+        if isinstance(e, SafetensorError):
+            raise
+        raise SafetensorError(f"cannot make a {dtype} array of shape {list(shape)}: {e}") from None
+
+
+def _allocate_unchecked(t: _Target, dtype: str, shape: Tuple[int, ...]) -> _Dest:
     if t.framework == "pt":
         import torch
         x = torch.empty(shape, dtype=_torch_dtype(dtype), device=t.torch_device)
@@ -253,10 +269,15 @@ def _region(t: _Target, nbytes: int) -> _Dest:
 def _view(t: _Target, region: Any, info: TensorInfo, base: int) -> Any:
     """The tensor `info` as a view into `region`, whose byte 0 is data-section offset `base`."""
     lo, hi = info.begin - base, info.end - base
-    if t.framework == "pt":
-        return region[lo:hi].view(_torch_dtype(info.dtype)).view(info.shape)
-    if t.framework == "numpy":
-        return region[lo:hi].view(_numpy_dtype(info.dtype)).reshape(info.shape)
+    try:
+        if t.framework == "pt":
+            return region[lo:hi].view(_torch_dtype(info.dtype)).view(info.shape)
+        if t.framework == "numpy":
+            return region[lo:hi].view(_numpy_dtype(info.dtype)).reshape(info.shape)
+    except (ValueError, OverflowError, RuntimeError) as e:  # a shape the framework cannot hold
+        if isinstance(e, SafetensorError):
+            raise
+        raise SafetensorError(f"tensor {info.name!r}: cannot view as {info.dtype} {list(info.shape)}: {e}") from None
     return DeviceArray(region, lo, info.shape, info.dtype)
 
 
@@ -412,7 +433,7 @@ def _sources_of_index(index_path: str) -> List[_Source]:
     with open(index_path, "rb") as f:
         try:
             index = json.load(f)
-        except ValueError as e:
+        except (ValueError, RecursionError) as e:
             raise SafetensorError(f"{index_path}: not valid JSON: {e}") from None
     weight_map = index.get("weight_map") if isinstance(index, dict) else None
     if not isinstance(weight_map, dict) or not all(
