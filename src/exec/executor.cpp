@@ -1,8 +1,6 @@
 #include "exec/executor.hpp"
 
 #include "core/align.hpp"
-#include "core/log.hpp"
-#include "cuda/memory.hpp"
 #include "exec/worker.hpp"
 
 namespace gpufile::exec {
@@ -19,32 +17,23 @@ Executor::~Executor() {
 }
 
 Error Executor::start() {
-  const unsigned n = cfg_.workers;
-  for (unsigned i = 0; i < n; ++i) workers_.push_back(std::make_unique<Worker>(*this, cfg_));
-  // The first worker is set up here, so that the open reports what goes wrong (no pinned
-  // memory, io_uring demanded but refused) and which engine runs. The others set up on their
-  // own threads while the first IO already runs: pinning their staging slabs is most of what
-  // opening costs (measured on the H100 machine: about 0.6 ms per MiB through cuMemHostAlloc,
-  // 100-170 ms for 12-16 workers, not faster in parallel), and a load need not wait for it.
-  std::string why;
-  if (Error e = workers_[0]->init(&why)) return e;
-  engine_name_ = workers_[0]->engine_name();
-  engine_note_ = why;
-  cuda::CUcontext ctx = nullptr;
-  if (const cuda::Driver* d = cuda::driver()) d->CtxGetCurrent(&ctx);
-  threads_.emplace_back([w = workers_[0].get()] { w->run(); });
-  for (unsigned i = 1; i < n; ++i)
-    threads_.emplace_back([w = workers_[i].get(), ctx, i] {
-      cuda::ScopedContext scope(ctx);
-      std::string note;
-      if (Error e = w->init(&note)) {
-        // The executor runs on with the workers it has: slower, not wrong.
-        GPUFILE_LOG(LogLevel::error, "IO worker %u could not start (%s); running without it", i,
-                    describe(e).c_str());
-        return;
-      }
-      w->run();
-    });
+  // Pinning the staging slabs is most of what opening costs: about 0.55 ms per MiB on the H100
+  // machine (100-170 ms for 12-16 workers). Tried and measured there (docs/performance.md):
+  // setting the workers up on parallel threads did not shorten the open, and setting all but
+  // the first up in the background while IO already ran did not make a first 7.8 GB load any
+  // faster; it also let a fork() right after the open copy a lock held by a half-started
+  // worker into the child (tests/fault/test_fork.cpp hung under ASan). So: one after another.
+  for (unsigned i = 0; i < cfg_.workers; ++i) {
+    auto w = std::make_unique<Worker>(*this, cfg_);
+    std::string why;
+    if (Error e = w->init(&why)) return e;
+    if (i == 0) {
+      engine_name_ = w->engine_name();
+      engine_note_ = why;
+    }
+    workers_.push_back(std::move(w));
+  }
+  for (auto& w : workers_) threads_.emplace_back([worker = w.get()] { worker->run(); });
   return Error::none();
 }
 
