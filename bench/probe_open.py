@@ -15,11 +15,14 @@ print(json.dumps(out))
 """
 path = sys.argv[1]
 size = os.path.getsize(path)
+# (GPUFILE_WORKERS, GPUFILE_SLAB_SIZE_KB, GPUFILE_SLABS_PER_WORKER); 0 workers = automatic.
+SETTINGS = [(0, 4096, 4), (0, 4096, 2), (0, 2048, 4), (0, 8192, 2), (4, 4096, 4), (8, 4096, 4),
+            (12, 4096, 4), (16, 4096, 4)]
 for where in ("warm", "shm"):
     p = path if where == "warm" else "/dev/shm/" + os.path.basename(path)
     if where == "shm": subprocess.run(["cp", path, p], check=True)
     subprocess.run(f"cat {p} > /dev/null", shell=True)
-    for workers, slab_kb, slabs in [(12, 4096, 4), (4, 4096, 4), (8, 4096, 4), (16, 4096, 4), (12, 8192, 4), (12, 16384, 2), (12, 2048, 8)]:
+    for workers, slab_kb, slabs in SETTINGS:
         env = dict(os.environ, GPUFILE_WORKERS=str(workers), GPUFILE_SLAB_SIZE_KB=str(slab_kb), GPUFILE_SLABS_PER_WORKER=str(slabs))
         r = subprocess.run([sys.executable, "-c", CHILD, p], env=env, capture_output=True, text=True, timeout=120)
         if r.returncode != 0:
