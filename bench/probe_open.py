@@ -1,5 +1,6 @@
 # Probe: what a fresh process pays to open gpufile's driver, and the first and second load of a
 # checkpoint after it, for a few worker / slab settings. Each setting in its own process.
+# Usage: probe_open.py FILE [WORKERS,SLAB_KB,SLABS ...]
 import json, os, subprocess, sys, time
 CHILD = r"""
 import os, sys, time, json, torch
@@ -16,8 +17,9 @@ print(json.dumps(out))
 path = sys.argv[1]
 size = os.path.getsize(path)
 # (GPUFILE_WORKERS, GPUFILE_SLAB_SIZE_KB, GPUFILE_SLABS_PER_WORKER); 0 workers = automatic.
-SETTINGS = [(0, 4096, 4), (0, 4096, 2), (0, 2048, 4), (0, 8192, 2), (4, 4096, 4), (8, 4096, 4),
-            (12, 4096, 4), (16, 4096, 4)]
+SETTINGS = [tuple(int(x) for x in s.split(",")) for s in sys.argv[2:]] or [
+    (0, 4096, 4), (0, 4096, 2), (0, 2048, 4), (0, 8192, 2), (4, 4096, 4), (8, 4096, 4),
+    (12, 4096, 4), (16, 4096, 4)]
 for where in ("warm", "shm"):
     p = path if where == "warm" else "/dev/shm/" + os.path.basename(path)
     if where == "shm": subprocess.run(["cp", path, p], check=True)

@@ -47,7 +47,7 @@ inline constexpr unsigned CU_MEMORYTYPE_ARRAY = 3;
 inline constexpr unsigned CU_MEMORYTYPE_UNIFIED = 4;
 
 // cuda.h makes these two macros, so they get names of our own here.
-inline constexpr unsigned kMemHostAllocPortable = 0x01;  // CU_MEMHOSTALLOC_PORTABLE
+inline constexpr unsigned kMemHostRegisterPortable = 0x01;  // CU_MEMHOSTREGISTER_PORTABLE
 inline constexpr unsigned CU_STREAM_NON_BLOCKING = 0x1;
 inline constexpr unsigned CU_EVENT_DISABLE_TIMING = 0x2;
 inline constexpr int CU_DEVICE_ATTRIBUTE_PCI_BUS_ID = 33;

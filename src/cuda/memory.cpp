@@ -38,26 +38,49 @@ Error classify(const void* ptr, MemInfo* out) {
   return Error::none();
 }
 
+namespace {
+
+constexpr size_t kPage = 4096;
+constexpr size_t kHugePage = 2 << 20;
+
+size_t round_up(size_t n, size_t to) { return (n + to - 1) / to * to; }
+
+}  // namespace
+
+// Anonymous pages, faulted in here (as transparent huge pages where the kernel allows them), then
+// registered with the driver. Faulting the pages in is what pinning costs in a VM, and huge pages
+// make it about 3x cheaper: for 128 MiB on the H100 machine (bench/probe_pinning.py)
+// cuMemHostAlloc took 42-52 ms, this 21-23 ms (with 4 KiB pages: 63-70 ms).
 Error alloc_pinned(size_t bytes, void** out) {
-  if (const Driver* d = driver()) {
-    CUresult r = d->MemHostAlloc(out, bytes, kMemHostAllocPortable);
-    return r == CUDA_SUCCESS ? Error::none() : Error::cu(r);
-  }
-  void* p = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-  if (p == MAP_FAILED) return Error::of(Errc::no_memory);
+  const size_t len = round_up(bytes, kPage);
+  // Map a huge page more than needed, then trim, so the region starts on a huge-page boundary.
+  void* raw = mmap(nullptr, len + kHugePage, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS,
+                   -1, 0);
+  if (raw == MAP_FAILED) return Error::of(Errc::no_memory);
+  const uintptr_t r = reinterpret_cast<uintptr_t>(raw);
+  const uintptr_t a = round_up(r, kHugePage);
+  if (a > r) munmap(raw, a - r);
+  if (const size_t tail = r + len + kHugePage - (a + len)) munmap(reinterpret_cast<void*>(a + len), tail);
+  char* p = reinterpret_cast<char*>(a);
+  madvise(p, len, MADV_HUGEPAGE);  // a hint: without THP the pages are simply 4 KiB
   // Staging memory must not be shared with a forked child's copy-on-write.
-  madvise(p, bytes, MADV_DONTFORK);
+  madvise(p, len, MADV_DONTFORK);
+  for (size_t off = 0; off < len; off += kPage) p[off] = 0;
+  if (const Driver* d = driver()) {
+    CUresult res = d->MemHostRegister(p, len, kMemHostRegisterPortable);
+    if (res != CUDA_SUCCESS) {
+      munmap(p, len);
+      return Error::cu(res);
+    }
+  }
   *out = p;
   return Error::none();
 }
 
 void free_pinned(void* p, size_t bytes) {
   if (p == nullptr) return;
-  if (const Driver* d = driver()) {
-    d->MemFreeHost(p);
-    return;
-  }
-  munmap(p, bytes);
+  if (const Driver* d = driver()) d->MemHostUnregister(p);
+  munmap(p, round_up(bytes, kPage));
 }
 
 ScopedContext::ScopedContext(CUcontext ctx) {

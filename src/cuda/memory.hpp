@@ -30,8 +30,9 @@ struct MemInfo {
 // memory. Errors: memory_type_invalid for CUDA array memory, cuda for a driver failure.
 Error classify(const void* ptr, MemInfo* out);
 
-// Page-aligned host memory, pinned by the CUDA driver when there is one (so async copies are
-// real DMA), else plain page-aligned memory. Freed by free_pinned().
+// Host memory aligned to 2 MiB (huge pages where the kernel allows), registered with the CUDA
+// driver when there is one (so async copies are real DMA), else plain memory. Freed by
+// free_pinned() with the same size.
 Error alloc_pinned(size_t bytes, void** out);
 void free_pinned(void* p, size_t bytes);
 
