@@ -17,12 +17,13 @@ Executor::~Executor() {
 }
 
 Error Executor::start() {
-  // Pinning the staging slabs is most of what opening costs: about 0.55 ms per MiB on the H100
-  // machine (100-170 ms for 12-16 workers). Tried and measured there (docs/performance.md):
-  // setting the workers up on parallel threads did not shorten the open, and setting all but
-  // the first up in the background while IO already ran did not make a first 7.8 GB load any
-  // faster; it also let a fork() right after the open copy a lock held by a half-started
-  // worker into the child (tests/fault/test_fork.cpp hung under ASan). So: one after another.
+  // Pinning the staging slabs is most of what opening costs (on the H100 machine 100-170 ms for
+  // 12-16 workers through cuMemHostAlloc, 23-29 ms with the huge pages of cuda::alloc_pinned).
+  // Tried and measured there (docs/performance.md): setting the workers up on parallel threads
+  // did not shorten the open, and setting all but the first up in the background while IO
+  // already ran did not make a first 7.8 GB load any faster; it also let a fork() right after
+  // the open copy a lock held by a half-started worker into the child (tests/fault/test_fork.cpp
+  // hung under ASan). So: one after another.
   for (unsigned i = 0; i < cfg_.workers; ++i) {
     auto w = std::make_unique<Worker>(*this, cfg_);
     std::string why;
