@@ -302,8 +302,8 @@ def _settle_sources(tensors: Iterable[Any]) -> None:
 
 # ---- IO ----------------------------------------------------------------------------------------
 
-class _Reads:
-    """Reads in flight; wait() checks every one and raises the first failure, after all ended."""
+class _InFlight:
+    """IO in flight; wait() checks every one and raises the first failure, after all ended."""
 
     def __init__(self):
         self._pending: List[Tuple[Any, int, str]] = []
@@ -316,7 +316,7 @@ class _Reads:
         for future, nbytes, what in self._pending:
             try:
                 got = future.result()
-                if got != nbytes and first is None:
+                if got != nbytes and first is None:  # only a read comes back short
                     first = SafetensorError(f"{what}: the file ended after {got} of {nbytes} bytes "
                                             "(truncated while loading?)")
             except BaseException as e:  # noqa: BLE001 - every read must end before memory is let go
@@ -327,7 +327,7 @@ class _Reads:
             raise first
 
 
-def _start_read(f: File, reads: _Reads, ptr: int, nbytes: int, file_offset: int, what: str) -> None:
+def _start_read(f: File, reads: _InFlight, ptr: int, nbytes: int, file_offset: int, what: str) -> None:
     if nbytes:
         reads.add(f.pread_ptr(ptr, nbytes, file_offset), nbytes, what)
 
@@ -460,7 +460,7 @@ def _read_all(t: _Target, plans: Sequence[Tuple[str, Sequence[Tuple[int, int, in
     """Runs every read of `plans` ((path, [(ptr, nbytes, file offset, what)]) per file) at once,
     all files together, and returns once all ended; raises the first failure."""
     _settle_allocations(t)
-    files, reads = [], _Reads()
+    files, reads = [], _InFlight()
     try:
         for path, ios in plans:
             f = File(path, "r")
@@ -651,7 +651,7 @@ def save_file(tensors: Mapping[str, Any], filename: PathLike,
     head, offsets = _layout(entries, metadata)
     _settle_sources(tensors.values())
     with File(os.fspath(filename), "w") as f:
-        writes = _Reads()
+        writes = _InFlight()
         try:
             writes.add(f.pwrite(head), len(head), "header")
             for name, at in offsets:
@@ -736,7 +736,7 @@ class safe_open:
             raise SafetensorError("the file is closed")
         dest = _allocate(self._target, info.dtype, shape)
         _settle_allocations(self._target)
-        reads = _Reads()
+        reads = _InFlight()
         try:
             for ptr, nbytes, offset, what in _box_reads(dest.ptr, info, box, self._header.data_start, info.name):
                 _start_read(self._file, reads, ptr, nbytes, offset, what)

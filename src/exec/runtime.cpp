@@ -138,8 +138,9 @@ Io::~Io() {
 
 namespace {
 
-// Page-cache reads into the GPU are bound by the CPU copy out of the cache (and, at these rates,
-// by memory bandwidth), so reaching the PCIe ceiling (about 45-51 GiB/s) takes many workers.
+// Page-cache reads into the GPU are bound by the CPU copy out of the cache (every byte crosses
+// memory three times: page cache, slab, DMA), so reaching the PCIe ceiling (about 45-51 GiB/s)
+// takes many workers.
 // Measured on the 16-core H100 machine (docs/performance.md): 2026-11-22, 4 GiB file: 4 workers
 // 23 GiB/s, 8: 33, 12: 42, 16: 38; 2026-11-23, 7.8 GB checkpoint, warm: 4: 27 GB/s, 8: 33,
 // 12: 37-39, 16: 44, and from /dev/shm 12: 33, 16: 38-39. One worker per core, 4 to 16.
