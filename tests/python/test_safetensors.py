@@ -198,25 +198,28 @@ def test_torch_views_share_one_allocation(tmp_path):
     assert torch.equal(torch.from_dlpack(dl["w"]).cpu(), t["w"])
 
 
-GLOO_WORKER = r"""
+TP_WORKER = r"""
 import os, sys, torch, torch.distributed as dist
 from gpufile import safetensors as gst
-rank, world, path, port = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3], sys.argv[4]
-dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world)
+rank, world, path, port, backend = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3], sys.argv[4], sys.argv[5]
+device = f"cuda:{rank}" if backend == "nccl" else "cpu"
+if backend == "nccl":
+    torch.cuda.set_device(rank)
+dist.init_process_group(backend, init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world)
 full = gst.load_file(path, device="cpu")
 for mode in ("read", "broadcast"):
-    part = gst.load_sharded(path, "cpu", {"col": 1, "row": 0}, replicated=mode)
-    assert torch.equal(part["col"], torch.tensor_split(full["col"], world, dim=1)[rank])
-    assert torch.equal(part["row"], torch.tensor_split(full["row"], world, dim=0)[rank])
-    assert torch.equal(part["norm"], full["norm"])
+    part = gst.load_sharded(path, device, {"col": 1, "row": 0}, replicated=mode)
+    assert part["col"].device == torch.device(device)
+    assert torch.equal(part["col"].cpu(), torch.tensor_split(full["col"], world, dim=1)[rank])
+    assert torch.equal(part["row"].cpu(), torch.tensor_split(full["row"], world, dim=0)[rank])
+    assert torch.equal(part["norm"].cpu(), full["norm"])
 dist.barrier()
 dist.destroy_process_group()
 print("ok", rank)
 """
 
 
-@needs_torch
-def test_tensor_parallel_with_two_gloo_processes(tmp_path):
+def run_tensor_parallel(tmp_path, backend):
     g = torch.Generator().manual_seed(1)
     gst.save_file({"col": torch.randn(9, 10, generator=g), "row": torch.randn(13, 3, generator=g),
                    "norm": torch.randn(10, generator=g)}, tmp_path / "m.safetensors")
@@ -224,10 +227,23 @@ def test_tensor_parallel_with_two_gloo_processes(tmp_path):
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    procs = [subprocess.Popen([sys.executable, "-c", GLOO_WORKER, str(r), "2", str(tmp_path / "m.safetensors"),
-                               str(port)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    # NVLink multicast stays off on shared multi-GPU hosts.
+    env = dict(os.environ, NCCL_NVLS_ENABLE="0", TORCH_SYMM_MEM_DISABLE_MULTICAST="1")
+    procs = [subprocess.Popen([sys.executable, "-c", TP_WORKER, str(r), "2", str(tmp_path / "m.safetensors"),
+                               str(port), backend], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                              text=True, env=env)
              for r in range(2)]
     outs = [p.communicate(timeout=180) for p in procs]
     for p, (out, err) in zip(procs, outs):
         assert p.returncode == 0, err
         assert out.startswith("ok")
+
+
+@needs_torch
+def test_tensor_parallel_with_two_gloo_processes(tmp_path):
+    run_tensor_parallel(tmp_path, "gloo")
+
+
+@pytest.mark.skipif(torch is None or torch.cuda.device_count() < 2, reason="needs two GPUs")
+def test_tensor_parallel_with_two_gpus_over_nccl(tmp_path):
+    run_tensor_parallel(tmp_path, "nccl")
