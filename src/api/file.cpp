@@ -7,7 +7,6 @@
 #include <condition_variable>
 #include <mutex>
 
-#include "core/stats.hpp"
 #include "sys/os.hpp"
 
 namespace gpufile::api {
@@ -15,15 +14,6 @@ namespace gpufile::api {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-
-stats::Op op_of(sys::IoKind kind) {
-  return kind == sys::IoKind::read ? stats::Op::read : stats::Op::write;
-}
-
-uint64_t ns_since(Clock::time_point t0) {
-  return static_cast<uint64_t>(
-      std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - t0).count());
-}
 
 }  // namespace
 
@@ -101,7 +91,7 @@ IoResult File::run(sys::IoKind kind, const void* buf, uint64_t size, int64_t fil
   if (fd_ < 0) return {0, Error::sys(EBADF)};
   const auto t0 = Clock::now();
   IoResult r = Runtime::instance().read_write(kind, handle_, buf, size, file_offset, 0);
-  stats::record_call(op_of(kind), r.bytes, ns_since(t0), r.ok());
+  Runtime::count_call(kind, r, t0);
   return r;
 }
 
@@ -119,7 +109,7 @@ Error File::start(sys::IoKind kind, const void* buf, uint64_t size, int64_t file
   const auto t0 = Clock::now();
   std::unique_ptr<Io> io;
   if (Error e = Runtime::instance().prepare(kind, handle_, buf, size, file_offset, 0, &io)) {
-    stats::record_call(op_of(kind), 0, ns_since(t0), false);
+    Runtime::count_call(kind, IoResult{0, e}, t0);
     return e;
   }
   std::unique_ptr<Future> f(new Future());
@@ -130,7 +120,7 @@ Error File::start(sys::IoKind kind, const void* buf, uint64_t size, int64_t file
   raw->job.on_complete = [state = f->state_, raw, t0](exec::Job& job) {
     IoResult r = job.result();
     Runtime::account(*raw, r);
-    stats::record_call(op_of(job.kind), r.bytes, ns_since(t0), r.ok());
+    Runtime::count_call(job.kind, r, t0);
     delete raw;
     {
       std::lock_guard lock(state->mu);

@@ -3,12 +3,10 @@
 #include <chrono>
 
 #include "capi/capi.hpp"
-#include "core/stats.hpp"
 #include "exec/runtime.hpp"
 
 using gpufile::IoResult;
 using gpufile::Runtime;
-namespace stats = gpufile::stats;
 
 namespace {
 
@@ -23,9 +21,7 @@ ssize_t read_write(gpufile::sys::IoKind kind, CUfileHandle_t fh, const void* bas
   } catch (...) {
     r.error = gpufile::Error::of(gpufile::Errc::internal);
   }
-  auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - t0);
-  stats::record_call(kind == gpufile::sys::IoKind::read ? stats::Op::read : stats::Op::write,
-                     r.bytes, static_cast<uint64_t>(ns.count()), r.ok());
+  Runtime::count_call(kind, r, t0);
   return gpufile::capi::io_return(r);
 }
 

@@ -600,6 +600,14 @@ void record(const Io& io, const IoResult& r, bool ran_inline) {
 
 void Runtime::account(const Io& io, const IoResult& r) { record(io, r, false); }
 
+void Runtime::count_call(sys::IoKind kind, const IoResult& r,
+                         std::chrono::steady_clock::time_point started) {
+  const auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(
+      std::chrono::steady_clock::now() - started);
+  stats::record_call(kind == sys::IoKind::read ? stats::Op::read : stats::Op::write, r.bytes,
+                     static_cast<uint64_t>(ns.count()), r.ok());
+}
+
 IoResult Runtime::run_on_this_thread(Io& io) {
   if (io.job.staged()) return {0, Error::of(Errc::internal)};
   IoResult r;

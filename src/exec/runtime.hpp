@@ -8,6 +8,7 @@
 #include <sys/types.h>
 
 #include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -104,6 +105,10 @@ class Runtime {
   // Counts the bytes of a finished Io under the path they took (stats::record_path).
   // run() does this itself; submit()'s callers do it in their completion.
   static void account(const Io& io, const IoResult& r);
+  // Counts one read or write call that began at `started` (cuFile's call statistics; latency
+  // and bytes count for successful calls only). Every API layer calls this once per call.
+  static void count_call(sys::IoKind kind, const IoResult& r,
+                         std::chrono::steady_clock::time_point started);
   // Shorthand: prepare + run.
   IoResult read_write(sys::IoKind kind, void* handle, const void* base, uint64_t size,
                       int64_t file_offset, int64_t buffer_offset);
