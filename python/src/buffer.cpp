@@ -93,7 +93,6 @@ void Buffer::from_cuda_array_interface(nb::handle obj, bool writable) {
   }
   const uint64_t itemsize = typestr_itemsize(nb::cast<std::string>(cai["typestr"]));
   nbytes_ = contiguous_bytes(shape.data(), strides.empty() ? nullptr : strides.data(), ndim, itemsize);
-  device_ = true;
   // Version 3: the producer's pending work on `stream` must be complete before the data is used.
   if (cai.contains("stream") && !cai["stream"].is_none())
     synchronize_stream(nb::cast<uintptr_t>(cai["stream"]));
@@ -138,7 +137,6 @@ void Buffer::from_dlpack(nb::handle obj) {
     for (int i = 0; i < t.ndim; ++i) strides_bytes.push_back(t.strides[i] * static_cast<int64_t>(itemsize));
   nbytes_ = contiguous_bytes(t.shape, t.strides ? strides_bytes.data() : nullptr, t.ndim, itemsize);
   addr_ = reinterpret_cast<uint64_t>(t.data) + t.byte_offset;
-  device_ = t.device.device_type != dlpack::kCPU && t.device.device_type != dlpack::kCUDAHost;
   if (on_gpu) synchronize_stream(1);
 }
 

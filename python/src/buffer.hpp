@@ -31,7 +31,6 @@ class Buffer {
 
   uint64_t addr() const { return addr_; }
   uint64_t nbytes() const { return nbytes_; }
-  bool device() const { return device_; }
 
  private:
   Buffer() = default;
@@ -41,7 +40,6 @@ class Buffer {
 
   uint64_t addr_ = 0;
   uint64_t nbytes_ = 0;
-  bool device_ = false;
   nb::object owner_;  // keeps the exporting object alive
   Py_buffer view_{};
   bool has_view_ = false;

@@ -480,10 +480,4 @@ NB_MODULE(_gpufile, m) {
     const cuda::Driver* d = cuda::driver();
     return d ? d->device_count : 0;
   });
-  m.def("_pointer_kind", [](uintptr_t addr) {
-    cuda::MemInfo mem;
-    if (Error e = cuda::classify(reinterpret_cast<void*>(addr), &mem)) raise(e, "classify");
-    static const char* const kNames[] = {"host_pageable", "host_pinned", "device", "managed"};
-    return std::string(kNames[static_cast<int>(mem.kind)]);
-  });
 }
