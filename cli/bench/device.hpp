@@ -1,0 +1,55 @@
+// The GPU and the IO buffers of `gpufile bench`. Without a CUDA driver, host memory stands in
+// for device memory so the tool still runs (CI has no GPU).
+#pragma once
+
+#include <cstdint>
+
+#include "cli/bench/options.hpp"
+#include "cuda/driver.hpp"
+
+namespace gpufile::cli::benchmark {
+
+struct Gpu {
+  const cuda::Driver* drv = nullptr;  // null: no driver, host memory only
+  cuda::CUcontext ctx = nullptr;
+  cuda::CUdevice dev = 0;
+
+  bool open(int ordinal);
+  // CUDA contexts are per thread; every worker must make ours current.
+  void bind_thread() const;
+  void close();
+};
+
+enum class Mem { device, host, pinned };
+
+class Buffer {
+ public:
+  Buffer() = default;
+  Buffer(const Buffer&) = delete;
+  Buffer& operator=(const Buffer&) = delete;
+  ~Buffer() { release(); }
+
+  bool allocate(Mem kind, const Gpu& gpu, uint64_t bytes);
+  void* ptr() const;
+  uint64_t bytes() const { return bytes_; }
+  // Synchronous copies between the buffer and host memory.
+  bool put(uint64_t at, const void* src, uint64_t n) const;
+  bool get(uint64_t at, void* dst, uint64_t n) const;
+  void release();
+
+ private:
+  Mem kind_ = Mem::host;
+  const cuda::Driver* drv_ = nullptr;
+  cuda::CUdeviceptr dev_ = 0;
+  char* host_ = nullptr;
+  uint64_t bytes_ = 0;
+};
+
+// Without -V, writes carry this instead of zeros (which some devices compress).
+bool fill_noise(const Buffer& buf, uint64_t seed);
+
+// cuFileBufRegister unless -b; false with a message on failure.
+bool register_buffer(const Buffer& buf, const Options& o);
+void deregister_buffer(const Buffer& buf, const Options& o);
+
+}  // namespace gpufile::cli::benchmark

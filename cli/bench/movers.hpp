@@ -1,0 +1,29 @@
+// Movers: one IO of one lane, the way its transfer type does it (every type but the batch
+// ones, which keep many lanes' IOs in flight from one thread: batch.hpp).
+#pragma once
+
+#include <sys/types.h>
+
+#include <memory>
+
+#include "cli/bench/device.hpp"
+#include "cli/bench/lanes.hpp"
+#include "cli/bench/options.hpp"
+
+namespace gpufile::cli::benchmark {
+
+class Mover {
+ public:
+  virtual ~Mover() = default;
+  virtual bool start(const Gpu& gpu, const Options& o, Lane* lane) = 0;
+  // Bytes moved, or < 0 on failure (errno may say more).
+  virtual ssize_t read(const Block& b) = 0;
+  virtual ssize_t write(const Block& b) = 0;
+  virtual const Buffer& data() const = 0;  // where an IO's bytes are, for -V
+  virtual void stop(const Options&) {}
+};
+
+// The mover of a thread-per-lane transfer type; null for the batch types.
+std::unique_ptr<Mover> make_mover(Xfer x);
+
+}  // namespace gpufile::cli::benchmark

@@ -1,0 +1,166 @@
+#include "cli/bench/options.hpp"
+
+#include <getopt.h>
+
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+
+#include "cli/commands.hpp"
+
+namespace gpufile::cli::benchmark {
+
+const char* xfer_label(Xfer x) {
+  switch (x) {
+    case Xfer::gpu_direct: return "GPUD";
+    case Xfer::cpu_only: return "CPUONLY";
+    case Xfer::cpu_gpu: return "CPU_GPU";
+    case Xfer::gpu_direct_async: return "GPUD_ASYNC";
+    case Xfer::gpu_batch: return "GPU_BATCH";
+  }
+  return "?";
+}
+
+bool uses_gpu_memory(Xfer x) { return x != Xfer::cpu_only; }
+
+const char* io_label(IoType t) {
+  static const char* names[] = {"READ", "WRITE", "RANDREAD", "RANDWRITE"};
+  return names[static_cast<int>(t)];
+}
+bool is_write(IoType t) { return t == IoType::write || t == IoType::randwrite; }
+bool is_random(IoType t) { return t == IoType::randread || t == IoType::randwrite; }
+IoType read_back_of(IoType t) { return is_random(t) ? IoType::randread : IoType::read; }
+
+void print_usage(FILE* f) {
+  std::fputs(
+      "usage: gpufile bench (-f FILE | -D DIR) -s SIZE -i IOSIZE [options]\n"
+      "  -f FILE   one file shared by all threads, each thread takes an equal slice\n"
+      "  -D DIR    one file per thread, DIR/gdsio.<n>\n"
+      "  -s SIZE   data set size: of FILE, or of each per-thread file (K/M/G are binary)\n"
+      "  -i SIZE   bytes per IO\n"
+      "  -o SIZE   start offset in the file (0)\n"
+      "  -w N      threads; with -x 6 the number of IOs in flight per batch (1)\n"
+      "  -d N      GPU index (0)\n"
+      "  -x N      transfer type: 0 GPU direct, 1 CPU only, 2 CPU then GPU copy,\n"
+      "            5 GPU direct on a CUDA stream, 6 GPU batch (0)\n"
+      "  -I N      0 read, 1 write, 2 random read, 3 random write (0)\n"
+      "  -T SECS   keep going for SECS seconds, wrapping over the data set\n"
+      "  -k SEED   seed of the random order and of -V data (0)\n"
+      "  -V        verify: write self-checking blocks; check them when reading\n"
+      "  -b        leave IO buffers unregistered (no cuFileBufRegister)\n"
+      "  -O 0|1    0 opens files with O_DIRECT, 1 goes through the page cache (0)\n"
+      "  --json    also print the result as a JSON object with latency percentiles\n",
+      f);
+}
+
+namespace {
+
+bool parse_int(const char* text, long lo, long hi, int* out) {
+  char* end = nullptr;
+  errno = 0;
+  long v = std::strtol(text, &end, 10);
+  if (errno || end == text || *end != '\0' || v < lo || v > hi) return false;
+  *out = static_cast<int>(v);
+  return true;
+}
+
+bool parse_u64(const char* text, uint64_t* out) {
+  char* end = nullptr;
+  errno = 0;
+  unsigned long long v = std::strtoull(text, &end, 10);
+  if (errno || end == text || *end != '\0') return false;
+  *out = v;
+  return true;
+}
+
+bool supported(Xfer x) {
+  int v = static_cast<int>(x);
+  return v <= 2 || v == 5 || v == 6;
+}
+
+// 3, 4 and 7 are gdsio types still to come; options_consistent() says so.
+bool parse_xfer(const char* text, Xfer* out) {
+  int v = 0;
+  if (!parse_int(text, 0, 7, &v)) return false;
+  *out = static_cast<Xfer>(v);
+  return true;
+}
+
+bool parse_byte_size(const char* flag, const char* text, uint64_t* out) {
+  unsigned long long v = 0;
+  if (std::strchr(text, ':')) {
+    std::fprintf(stderr, "gpufile bench: %s: IO size ranges are not supported yet\n", flag);
+    return false;
+  }
+  if (!parse_size(text, &v)) return false;
+  *out = v;
+  return true;
+}
+
+// One flag and its argument; false on anything malformed.
+bool apply_flag(int c, const char* arg, Options* o) {
+  int v = 0;
+  switch (c) {
+    case 'f': o->file = arg; return true;
+    case 'D': o->dir = arg; return true;
+    case 'd': return parse_int(arg, 0, 1023, &o->gpu);
+    case 'w': return parse_int(arg, 1, 4096, &o->threads);
+    case 's': return parse_byte_size("-s", arg, &o->size);
+    case 'i': return parse_byte_size("-i", arg, &o->io_size);
+    case 'o': return parse_byte_size("-o", arg, &o->offset);
+    case 'x': return parse_xfer(arg, &o->xfer);
+    case 'I': return parse_int(arg, 0, 3, &v) && (o->io_type = static_cast<IoType>(v), true);
+    case 'T': return parse_int(arg, 1, 1 << 30, &o->seconds);
+    case 'k': return parse_u64(arg, &o->seed);
+    case 'V': o->verify = true; return true;
+    case 'b': o->skip_buf_register = true; return true;
+    case 'O': return parse_int(arg, 0, 1, &v) && (o->buffered = v == 1, true);
+    case 'j': o->json = true; return true;
+    case 'h': o->help = true; return true;
+    default: return false;
+  }
+}
+
+// The combinations no flag can catch on its own.
+bool options_consistent(const Options& o) {
+  const char* why = nullptr;
+  if (!supported(o.xfer)) why = "-x: transfer types 3, 4 and 7 are not implemented yet "
+                                "(supported: 0, 1, 2, 5, 6)";
+  else if (o.file.empty() == o.dir.empty()) why = "give exactly one of -f and -D";
+  else if (o.size == 0) why = "-s (data set size) is required and must be > 0";
+  else if (o.io_size == 0) why = "-i (IO size) is required and must be > 0";
+  else if (o.xfer == Xfer::gpu_batch && o.threads > 128)
+    why = "-x 6 allows at most 128 IOs per batch (-w)";
+  if (why) std::fprintf(stderr, "gpufile bench: %s\n", why);
+  return why == nullptr;
+}
+
+}  // namespace
+
+bool parse_options(int argc, char** argv, Options* o) {
+  static const option longs[] = {{"json", no_argument, nullptr, 'j'},
+                                 {"help", no_argument, nullptr, 'h'},
+                                 {nullptr, 0, nullptr, 0}};
+  optind = 1;  // getopt keeps state across calls; start over
+  opterr = 0;  // our own messages, with our own name in them
+  int c = 0;
+  while ((c = getopt_long(argc, argv, ":f:D:d:w:s:i:o:x:I:T:k:VbO:h", longs, nullptr)) != -1) {
+    if (c == '?' || c == ':') {
+      const char* what = c == ':' ? "missing value for" : "unknown flag";
+      std::fprintf(stderr, "gpufile bench: %s %s\n", what, argv[optind - 1]);
+      return false;
+    }
+    if (!apply_flag(c, optarg, o)) {
+      std::fprintf(stderr, "gpufile bench: bad value for -%c: '%s'\n", c, optarg ? optarg : "");
+      return false;
+    }
+  }
+  if (o->help) return true;
+  if (optind < argc) {
+    std::fprintf(stderr, "gpufile bench: unexpected argument '%s'\n", argv[optind]);
+    return false;
+  }
+  return options_consistent(*o);
+}
+
+}  // namespace gpufile::cli::benchmark

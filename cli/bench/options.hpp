@@ -1,0 +1,48 @@
+// `gpufile bench` command line: gdsio's flags (spec §6.1) and the few of our own.
+#pragma once
+
+#include <cstdint>
+#include <cstdio>
+#include <string>
+
+namespace gpufile::cli::benchmark {
+
+// -x values, in gdsio's numbering.
+enum class Xfer { gpu_direct = 0, cpu_only = 1, cpu_gpu = 2, gpu_direct_async = 5, gpu_batch = 6 };
+
+const char* xfer_label(Xfer x);  // the XferType: label of gdsio's result line
+bool uses_gpu_memory(Xfer x);
+
+// -I values, in gdsio's numbering.
+enum class IoType { read = 0, write = 1, randread = 2, randwrite = 3 };
+
+const char* io_label(IoType t);
+bool is_write(IoType t);
+bool is_random(IoType t);
+IoType read_back_of(IoType t);  // what -V reads after a write of this type
+
+struct Options {
+  std::string file;  // -f
+  std::string dir;   // -D
+  int gpu = 0;
+  int threads = 1;
+  uint64_t size = 0;
+  uint64_t io_size = 0;
+  uint64_t offset = 0;
+  Xfer xfer = Xfer::gpu_direct;
+  IoType io_type = IoType::read;
+  int seconds = 0;  // 0: one pass over the data set
+  uint64_t seed = 0;
+  bool verify = false;
+  bool skip_buf_register = false;
+  bool buffered = false;
+  bool json = false;
+  bool help = false;
+};
+
+void print_usage(FILE* f);
+
+// False, with a message on stderr, on anything malformed or inconsistent.
+bool parse_options(int argc, char** argv, Options* o);
+
+}  // namespace gpufile::cli::benchmark

@@ -1,0 +1,64 @@
+#include "cli/bench/report.hpp"
+
+#include <sys/resource.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+
+namespace gpufile::cli::benchmark {
+
+double cpu_seconds_now() {
+  rusage ru{};
+  getrusage(RUSAGE_SELF, &ru);
+  auto secs = [](timeval tv) { return static_cast<double>(tv.tv_sec) + tv.tv_usec / 1e6; };
+  return secs(ru.ru_utime) + secs(ru.ru_stime);
+}
+
+double percentile(const std::vector<double>& sorted, double p) {
+  if (sorted.empty()) return 0;
+  size_t rank = static_cast<size_t>(std::ceil(p * sorted.size()));
+  return sorted[std::max<size_t>(rank, 1) - 1];
+}
+
+double mean(const std::vector<double>& v) {
+  double sum = 0;
+  for (double x : v) sum += x;
+  return v.empty() ? 0 : sum / v.size();
+}
+
+double gib_per_sec(const Result& r) {
+  return r.seconds > 0 ? (r.done_bytes / 1024.0) / r.seconds / (1024.0 * 1024.0) : 0;
+}
+
+void print_line(const Result& r) {
+  std::printf("IoType: %s XferType: %s Threads: ", io_label(r.type), xfer_label(r.xfer));
+  if (r.xfer == Xfer::gpu_batch) std::printf("1 IoDepth: %d", r.threads);
+  else std::printf("%d", r.threads);
+  std::printf(" DataSetSize: %llu/%llu(KiB) IOSize: %llu(KiB) Throughput: %f GiB/sec, "
+              "Avg_Latency: %f usecs ops: %zu total_time %f secs\n",
+              static_cast<unsigned long long>(r.done_bytes / 1024),
+              static_cast<unsigned long long>(r.total_bytes / 1024),
+              static_cast<unsigned long long>(r.io_size / 1024), gib_per_sec(r),
+              mean(r.latency_us), r.latency_us.size(), r.seconds);
+}
+
+void print_json(const Result& r) {
+  const bool batch = r.xfer == Xfer::gpu_batch;
+  const double gib = r.done_bytes / double(1ull << 30);
+  std::printf("{\"io_type\": \"%s\", \"xfer_type\": \"%s\", \"threads\": %d, ", io_label(r.type),
+              xfer_label(r.xfer), batch ? 1 : r.threads);
+  if (batch) std::printf("\"io_depth\": %d, ", r.threads);
+  std::printf("\"dataset_done_kib\": %llu, \"dataset_total_kib\": %llu, \"io_size_kib\": %llu, "
+              "\"throughput_gib_s\": %f, \"avg_latency_us\": %f, \"ops\": %zu, "
+              "\"total_time_s\": %f, \"p50_latency_us\": %f, \"p99_latency_us\": %f, "
+              "\"max_latency_us\": %f, \"cpu_s_per_gib\": %f}\n",
+              static_cast<unsigned long long>(r.done_bytes / 1024),
+              static_cast<unsigned long long>(r.total_bytes / 1024),
+              static_cast<unsigned long long>(r.io_size / 1024), gib_per_sec(r),
+              mean(r.latency_us), r.latency_us.size(), r.seconds, percentile(r.latency_us, 0.5),
+              percentile(r.latency_us, 0.99), percentile(r.latency_us, 1.0),
+              gib > 0 ? r.cpu_seconds / gib : 0.0);
+}
+
+}  // namespace gpufile::cli::benchmark

@@ -1,0 +1,147 @@
+#include "cli/bench/run.hpp"
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdio>
+#include <memory>
+#include <thread>
+
+#include "cli/bench/batch.hpp"
+#include "cli/bench/blocks.hpp"
+#include "cli/bench/movers.hpp"
+
+namespace gpufile::cli::benchmark {
+
+RunState::RunState(const Options& o, IoType type) : opt(o), type(type) {
+  if (o.seconds > 0) deadline_ = Clock::now() + std::chrono::seconds(o.seconds);
+}
+
+void RunState::fail(const std::string& message) {
+  std::lock_guard lock(mu_);
+  if (!failed_.exchange(true)) message_ = message;
+}
+
+bool io_completed(RunState& run, const Lane& lane, const Block& b, ssize_t n) {
+  if (n == static_cast<ssize_t>(b.length)) return true;
+  run.fail(std::string(is_write(run.type) ? "write" : "read") + " at " + at(lane, b) +
+           " moved " + std::to_string(n) + " of " + std::to_string(b.length) + " bytes" +
+           (n < 0 ? " (errno " + std::to_string(errno) + ")" : ""));
+  return false;
+}
+
+bool stage_block(RunState& run, const Buffer& buf, uint64_t at_byte, const Lane& lane,
+                 const Block& b, std::vector<char>* scratch) {
+  fill_block(scratch->data(), b.length, b.offset, run.opt.seed);
+  if (buf.put(at_byte, scratch->data(), b.length)) return true;
+  run.fail("copy into the IO buffer failed for " + at(lane, b));
+  return false;
+}
+
+bool check_read(RunState& run, const Buffer& buf, uint64_t at_byte, const Lane& lane,
+                const Block& b, std::vector<char>* scratch) {
+  if (!buf.get(at_byte, scratch->data(), b.length)) {
+    run.fail("copy out of the IO buffer failed for " + at(lane, b));
+    return false;
+  }
+  std::string why = check_block(scratch->data(), b.length, b.offset, run.opt.seed);
+  if (why.empty()) return true;
+  run.fail("verification failed at " + at(lane, b) + ": " + why);
+  return false;
+}
+
+double micros(Clock::time_point from, Clock::time_point to) {
+  return std::chrono::duration<double, std::micro>(to - from).count();
+}
+
+namespace {
+
+void run_lane(RunState& run, Lane& lane, Mover& mover, LaneStats& stats) {
+  const bool writing = is_write(run.type);
+  std::vector<char> scratch(run.opt.verify ? run.opt.io_size : 0);
+  while (!run.should_stop() && (run.timed() || !lane.pass_done())) {
+    bool wrapped = false;
+    Block b = lane.next(&wrapped);
+    if (writing && run.opt.verify && !stage_block(run, mover.data(), 0, lane, b, &scratch)) return;
+    auto t0 = Clock::now();
+    ssize_t n = writing ? mover.write(b) : mover.read(b);
+    stats.latency_us.push_back(micros(t0, Clock::now()));
+    if (!io_completed(run, lane, b, n)) return;
+    stats.bytes += b.length;
+    if (!writing && run.opt.verify && !check_read(run, mover.data(), 0, lane, b, &scratch)) return;
+  }
+}
+
+bool run_threads(const Gpu& gpu, RunState& run, std::vector<Lane>& lanes,
+                 std::vector<LaneStats>* stats) {
+  std::vector<std::unique_ptr<Mover>> movers;
+  bool ok = true;
+  for (Lane& lane : lanes) {
+    movers.push_back(make_mover(run.opt.xfer));
+    if (!movers.back()->start(gpu, run.opt, &lane)) {
+      std::fprintf(stderr, "gpufile bench: could not set up IO buffers for %s\n",
+                   lane.path.c_str());
+      ok = false;
+      break;
+    }
+  }
+  if (ok) {
+    std::vector<std::thread> workers;
+    for (size_t t = 0; t < lanes.size(); ++t)
+      workers.emplace_back([&, t] {
+        gpu.bind_thread();
+        run_lane(run, lanes[t], *movers[t], (*stats)[t]);
+      });
+    for (auto& w : workers) w.join();
+  }
+  for (auto& m : movers) m->stop(run.opt);
+  return ok;
+}
+
+Result summarise(const Options& o, IoType type, double secs, double cpu,
+                 std::vector<LaneStats>& stats) {
+  Result r;
+  r.type = type;
+  r.xfer = o.xfer;
+  r.threads = o.threads;
+  r.io_size = o.io_size;
+  r.total_bytes = o.file.empty() ? o.size * o.threads : o.size;
+  r.seconds = secs;
+  r.cpu_seconds = cpu;
+  for (LaneStats& s : stats) {
+    r.done_bytes += s.bytes;
+    r.latency_us.insert(r.latency_us.end(), s.latency_us.begin(), s.latency_us.end());
+  }
+  std::sort(r.latency_us.begin(), r.latency_us.end());
+  return r;
+}
+
+}  // namespace
+
+std::optional<Result> run_once(const Gpu& gpu, const Options& o, IoType type) {
+  std::vector<Lane> lanes;
+  if (!plan_lanes(o, type, &lanes)) return std::nullopt;
+  bool ok = true;
+  for (Lane& lane : lanes)
+    ok = ok && open_lane(&lane, is_write(type), o.buffered, o.xfer != Xfer::cpu_gpu);
+  RunState run(o, type);
+  const bool batch = o.xfer == Xfer::gpu_batch;
+  std::vector<LaneStats> stats(batch ? 1 : lanes.size());
+  const double cpu0 = cpu_seconds_now();
+  const auto t0 = Clock::now();
+  if (ok) ok = batch ? run_batch(gpu, run, lanes, &stats[0]) : run_threads(gpu, run, lanes, &stats);
+  const double secs = std::chrono::duration<double>(Clock::now() - t0).count();
+  const double cpu = cpu_seconds_now() - cpu0;
+  for (Lane& lane : lanes) close_lane(&lane);
+  if (!ok) return std::nullopt;
+  if (run.failed()) {
+    std::fprintf(stderr, "gpufile bench: %s\n", run.message().c_str());
+    return std::nullopt;
+  }
+  Result r = summarise(o, type, secs, cpu, stats);
+  print_line(r);
+  if (o.json) print_json(r);
+  std::fflush(stdout);
+  return r;
+}
+
+}  // namespace gpufile::cli::benchmark

@@ -1,0 +1,66 @@
+// Running one measurement: lanes, their threads (or one batch thread), the stop and failure
+// state they share, and the timing around them.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "cli/bench/device.hpp"
+#include "cli/bench/lanes.hpp"
+#include "cli/bench/options.hpp"
+#include "cli/bench/report.hpp"
+
+namespace gpufile::cli::benchmark {
+
+using Clock = std::chrono::steady_clock;
+
+// What one lane (or the batch thread) collects.
+struct LaneStats {
+  std::vector<double> latency_us;
+  uint64_t bytes = 0;
+};
+
+class RunState {
+ public:
+  RunState(const Options& o, IoType type);
+  const Options& opt;
+  const IoType type;
+
+  bool timed() const { return opt.seconds > 0; }
+  bool should_stop() const {
+    return failed_.load(std::memory_order_relaxed) || (timed() && Clock::now() >= deadline_);
+  }
+  // The first failure wins; the others stop quietly.
+  void fail(const std::string& message);
+  bool failed() const { return failed_.load(); }
+  const std::string& message() const { return message_; }
+
+ private:
+  Clock::time_point deadline_{};
+  std::atomic<bool> failed_{false};
+  std::mutex mu_;
+  std::string message_;
+};
+
+// True when the IO moved the whole block; else records why not.
+bool io_completed(RunState& run, const Lane& lane, const Block& b, ssize_t n);
+
+// -V, before a write: the self-checking block goes into the IO buffer at `at_byte`.
+bool stage_block(RunState& run, const Buffer& buf, uint64_t at_byte, const Lane& lane,
+                 const Block& b, std::vector<char>* scratch);
+
+// -V, after a read: the block at `at_byte` of the IO buffer is what the file should hold.
+bool check_read(RunState& run, const Buffer& buf, uint64_t at_byte, const Lane& lane,
+                const Block& b, std::vector<char>* scratch);
+
+double micros(Clock::time_point from, Clock::time_point to);
+
+// One run of one IO type over the data set; prints its result line. Empty on failure (the
+// reason is on stderr).
+std::optional<Result> run_once(const Gpu& gpu, const Options& o, IoType type);
+
+}  // namespace gpufile::cli::benchmark
