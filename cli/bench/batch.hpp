@@ -1,5 +1,13 @@
-// -x 6: one thread keeps one batch of -w IOs in flight, one IO per lane, each lane with its
-// own slot of a shared buffer.
+// The batch transfer types: one thread keeps -w IOs in flight, one IO per lane, each lane with
+// its own slot of a shared GPU buffer.
+//   -x 6 GPU_BATCH         cuFileBatchIOSubmit of the round, then cuFileBatchIOGetStatus
+//                          until every IO is reaped.
+//   -x 7 GPU_BATCH_STREAM  cuFileReadAsync/WriteAsync of every IO of the round queued on one
+//                          CUDA stream, then one cuStreamSynchronize. cuFile 1.15 has no
+//                          stream-ordered batch submission (cuFileBatchIOSubmit takes no
+//                          stream), so "batch in stream order" is the stream API used for a
+//                          whole batch: the host submits without waiting, the IOs run one
+//                          after another in stream order.
 #pragma once
 
 #include <vector>

@@ -35,6 +35,43 @@ void Gpu::close() {
   if (drv && ctx) drv->DevicePrimaryCtxRelease(dev);
 }
 
+bool Stream::create(const Gpu& gpu) {
+  drv_ = gpu.drv;
+  return !drv_ || drv_->StreamCreate(&stream_, cuda::CU_STREAM_NON_BLOCKING) == cuda::CUDA_SUCCESS;
+}
+
+bool Stream::sync() const {
+  return !stream_ || drv_->StreamSynchronize(stream_) == cuda::CUDA_SUCCESS;
+}
+
+void Stream::destroy() {
+  if (stream_) drv_->StreamDestroy(stream_);
+  stream_ = nullptr;
+}
+
+bool Event::create(const Gpu& gpu) {
+  drv_ = gpu.drv;
+  return !drv_ || drv_->EventCreate(&event_, cuda::CU_EVENT_DISABLE_TIMING) == cuda::CUDA_SUCCESS;
+}
+
+bool Event::record(const Stream& s) {
+  if (!event_) return true;
+  pending_ = drv_->EventRecord(event_, s.get()) == cuda::CUDA_SUCCESS;
+  return pending_;
+}
+
+bool Event::wait() {
+  if (!pending_) return true;
+  pending_ = false;
+  return drv_->EventSynchronize(event_) == cuda::CUDA_SUCCESS;
+}
+
+void Event::destroy() {
+  if (event_) drv_->EventDestroy(event_);
+  event_ = nullptr;
+  pending_ = false;
+}
+
 bool Buffer::allocate(Mem kind, const Gpu& gpu, uint64_t bytes) {
   drv_ = gpu.drv;
   kind_ = drv_ ? kind : Mem::host;
@@ -60,6 +97,16 @@ bool Buffer::put(uint64_t at, const void* src, uint64_t n) const {
 bool Buffer::get(uint64_t at, void* dst, uint64_t n) const {
   if (kind_ != Mem::device) return std::memcpy(dst, host_ + at, n), true;
   return drv_->MemcpyDtoH(dst, dev_ + at, n) == cuda::CUDA_SUCCESS;
+}
+
+bool Buffer::put_async(uint64_t at, const void* src, uint64_t n, const Stream& s) const {
+  if (kind_ != Mem::device) return std::memcpy(host_ + at, src, n), true;
+  return drv_->MemcpyHtoDAsync(dev_ + at, src, n, s.get()) == cuda::CUDA_SUCCESS;
+}
+
+bool Buffer::get_async(uint64_t at, void* dst, uint64_t n, const Stream& s) const {
+  if (kind_ != Mem::device) return std::memcpy(dst, host_ + at, n), true;
+  return drv_->MemcpyDtoHAsync(dst, dev_ + at, n, s.get()) == cuda::CUDA_SUCCESS;
 }
 
 void Buffer::release() {

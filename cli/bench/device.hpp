@@ -2,6 +2,8 @@
 // for device memory so the tool still runs (CI has no GPU).
 #pragma once
 
+#include <cufile.h>
+
 #include <cstdint>
 
 #include "cli/bench/options.hpp"
@@ -20,6 +22,44 @@ struct Gpu {
   void close();
 };
 
+// A CUDA stream of our own. Without a driver there is none: work "queued" on it runs at once.
+class Stream {
+ public:
+  Stream() = default;
+  Stream(const Stream&) = delete;
+  Stream& operator=(const Stream&) = delete;
+  ~Stream() { destroy(); }
+
+  bool create(const Gpu& gpu);  // non-blocking: it never waits for the legacy NULL stream
+  cuda::CUstream get() const { return stream_; }
+  CUstream cufile() const { return reinterpret_cast<CUstream>(stream_); }  // as cufile.h types it
+  bool sync() const;
+  void destroy();
+
+ private:
+  const cuda::Driver* drv_ = nullptr;
+  cuda::CUstream stream_ = nullptr;
+};
+
+// Marks a point in a stream: wait() returns once the work queued before record() finished.
+class Event {
+ public:
+  Event() = default;
+  Event(const Event&) = delete;
+  Event& operator=(const Event&) = delete;
+  ~Event() { destroy(); }
+
+  bool create(const Gpu& gpu);
+  bool record(const Stream& s);
+  bool wait();  // at once when nothing was recorded since the last wait
+  void destroy();
+
+ private:
+  const cuda::Driver* drv_ = nullptr;
+  cuda::CUevent event_ = nullptr;
+  bool pending_ = false;
+};
+
 enum class Mem { device, host, pinned };
 
 class Buffer {
@@ -35,6 +75,9 @@ class Buffer {
   // Synchronous copies between the buffer and host memory.
   bool put(uint64_t at, const void* src, uint64_t n) const;
   bool get(uint64_t at, void* dst, uint64_t n) const;
+  // The same, queued on `s`; `src`/`dst` should be pinned so the copy runs asynchronously.
+  bool put_async(uint64_t at, const void* src, uint64_t n, const Stream& s) const;
+  bool get_async(uint64_t at, void* dst, uint64_t n, const Stream& s) const;
   void release();
 
  private:

@@ -20,6 +20,9 @@ class Mover {
   virtual ssize_t read(const Block& b) = 0;
   virtual ssize_t write(const Block& b) = 0;
   virtual const Buffer& data() const = 0;  // where an IO's bytes are, for -V
+  // Waits for work an IO left running (a copy queued on a stream): before -V looks at data()
+  // and when a lane ends, so the run's time includes it.
+  virtual bool settle() { return true; }
   virtual void stop(const Options&) {}
 };
 

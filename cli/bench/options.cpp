@@ -15,13 +15,20 @@ const char* xfer_label(Xfer x) {
     case Xfer::gpu_direct: return "GPUD";
     case Xfer::cpu_only: return "CPUONLY";
     case Xfer::cpu_gpu: return "CPU_GPU";
+    case Xfer::cpu_async_gpu: return "CPU_ASYNC_GPU";
+    case Xfer::cpu_cached_gpu: return "CPU_CACHED_GPU";
     case Xfer::gpu_direct_async: return "GPUD_ASYNC";
     case Xfer::gpu_batch: return "GPU_BATCH";
+    case Xfer::gpu_batch_stream: return "GPU_BATCH_STREAM";
   }
   return "?";
 }
 
 bool uses_gpu_memory(Xfer x) { return x != Xfer::cpu_only; }
+bool is_batch(Xfer x) { return x == Xfer::gpu_batch || x == Xfer::gpu_batch_stream; }
+bool uses_posix_io(Xfer x) {
+  return x == Xfer::cpu_gpu || x == Xfer::cpu_async_gpu || x == Xfer::cpu_cached_gpu;
+}
 
 const char* io_label(IoType t) {
   static const char* names[] = {"READ", "WRITE", "RANDREAD", "RANDWRITE"};
@@ -39,10 +46,19 @@ void print_usage(FILE* f) {
       "  -s SIZE   data set size: of FILE, or of each per-thread file (K/M/G are binary)\n"
       "  -i SIZE   bytes per IO\n"
       "  -o SIZE   start offset in the file (0)\n"
-      "  -w N      threads; with -x 6 the number of IOs in flight per batch (1)\n"
+      "  -w N      threads; with -x 6 and 7 the number of IOs in flight per batch (1)\n"
       "  -d N      GPU index (0)\n"
-      "  -x N      transfer type: 0 GPU direct, 1 CPU only, 2 CPU then GPU copy,\n"
-      "            5 GPU direct on a CUDA stream, 6 GPU batch (0)\n"
+      "  -x N      transfer type (0):\n"
+      "              0 GPU_DIRECT        cuFileRead/Write into GPU memory\n"
+      "              1 CPU_ONLY          cuFileRead/Write into host memory\n"
+      "              2 CPU_GPU           pread/pwrite (O_DIRECT) into pinned memory + copy\n"
+      "              3 CPU_ASYNC_GPU     as 2 with two pinned buffers: each read's copy to\n"
+      "                                  the GPU runs on a stream while the next read runs\n"
+      "              4 CPU_CACHED_GPU    as 2 through the page cache (never O_DIRECT)\n"
+      "              5 GPU_DIRECT_ASYNC  cuFileReadAsync/WriteAsync, one IO at a time\n"
+      "              6 GPU_BATCH         cuFileBatchIOSubmit of -w IOs, then reap them\n"
+      "              7 GPU_BATCH_STREAM  -w cuFileReadAsync/WriteAsync queued on one\n"
+      "                                  CUDA stream, then one stream synchronisation\n"
       "  -I N      0 read, 1 write, 2 random read, 3 random write (0)\n"
       "  -T SECS   keep going for SECS seconds, wrapping over the data set\n"
       "  -k SEED   seed of the random order and of -V data (0)\n"
@@ -73,12 +89,6 @@ bool parse_u64(const char* text, uint64_t* out) {
   return true;
 }
 
-bool supported(Xfer x) {
-  int v = static_cast<int>(x);
-  return v <= 2 || v == 5 || v == 6;
-}
-
-// 3, 4 and 7 are gdsio types still to come; options_consistent() says so.
 bool parse_xfer(const char* text, Xfer* out) {
   int v = 0;
   if (!parse_int(text, 0, 7, &v)) return false;
@@ -124,13 +134,11 @@ bool apply_flag(int c, const char* arg, Options* o) {
 // The combinations no flag can catch on its own.
 bool options_consistent(const Options& o) {
   const char* why = nullptr;
-  if (!supported(o.xfer)) why = "-x: transfer types 3, 4 and 7 are not implemented yet "
-                                "(supported: 0, 1, 2, 5, 6)";
-  else if (o.file.empty() == o.dir.empty()) why = "give exactly one of -f and -D";
+  if (o.file.empty() == o.dir.empty()) why = "give exactly one of -f and -D";
   else if (o.size == 0) why = "-s (data set size) is required and must be > 0";
   else if (o.io_size == 0) why = "-i (IO size) is required and must be > 0";
-  else if (o.xfer == Xfer::gpu_batch && o.threads > 128)
-    why = "-x 6 allows at most 128 IOs per batch (-w)";
+  else if (is_batch(o.xfer) && o.threads > 128)
+    why = "-x 6 and -x 7 allow at most 128 IOs per batch (-w)";
   if (why) std::fprintf(stderr, "gpufile bench: %s\n", why);
   return why == nullptr;
 }
@@ -151,7 +159,10 @@ bool parse_options(int argc, char** argv, Options* o) {
       return false;
     }
     if (!apply_flag(c, optarg, o)) {
-      std::fprintf(stderr, "gpufile bench: bad value for -%c: '%s'\n", c, optarg ? optarg : "");
+      if (c == 'x')  // gdsio's eight types; the usage below lists them
+        std::fprintf(stderr, "gpufile bench: -x %s: no such transfer type (0 to 7)\n", optarg);
+      else
+        std::fprintf(stderr, "gpufile bench: bad value for -%c: '%s'\n", c, optarg ? optarg : "");
       return false;
     }
   }

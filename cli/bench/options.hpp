@@ -7,11 +7,24 @@
 
 namespace gpufile::cli::benchmark {
 
-// -x values, in gdsio's numbering.
-enum class Xfer { gpu_direct = 0, cpu_only = 1, cpu_gpu = 2, gpu_direct_async = 5, gpu_batch = 6 };
+// -x values, in gdsio's numbering (spec §6.2).
+enum class Xfer {
+  gpu_direct = 0,        // cuFileRead/Write into GPU memory
+  cpu_only = 1,          // cuFileRead/Write into host memory
+  cpu_gpu = 2,           // pread/pwrite with O_DIRECT into pinned memory, copy to/from the GPU
+  cpu_async_gpu = 3,     // as 2 with two pinned buffers: a read's copy overlaps the next read
+  cpu_cached_gpu = 4,    // as 2 through the page cache
+  gpu_direct_async = 5,  // cuFileReadAsync/WriteAsync, one IO at a time
+  gpu_batch = 6,         // cuFileBatchIO*, -w IOs per batch
+  gpu_batch_stream = 7,  // -w cuFileReadAsync/WriteAsync on one stream, one synchronisation
+};
 
 const char* xfer_label(Xfer x);  // the XferType: label of gdsio's result line
 bool uses_gpu_memory(Xfer x);
+// The batch types: -w is the number of IOs in flight from one thread (gdsio's IoDepth).
+bool is_batch(Xfer x);
+// The types that do plain POSIX IO and copy with the driver, without cuFile.
+bool uses_posix_io(Xfer x);
 
 // -I values, in gdsio's numbering.
 enum class IoType { read = 0, write = 1, randread = 2, randwrite = 3 };

@@ -33,7 +33,7 @@ double gib_per_sec(const Result& r) {
 
 void print_line(const Result& r) {
   std::printf("IoType: %s XferType: %s Threads: ", io_label(r.type), xfer_label(r.xfer));
-  if (r.xfer == Xfer::gpu_batch) std::printf("1 IoDepth: %d", r.threads);
+  if (is_batch(r.xfer)) std::printf("1 IoDepth: %d", r.threads);
   else std::printf("%d", r.threads);
   std::printf(" DataSetSize: %llu/%llu(KiB) IOSize: %llu(KiB) Throughput: %f GiB/sec, "
               "Avg_Latency: %f usecs ops: %zu total_time %f secs\n",
@@ -44,7 +44,7 @@ void print_line(const Result& r) {
 }
 
 void print_json(const Result& r) {
-  const bool batch = r.xfer == Xfer::gpu_batch;
+  const bool batch = is_batch(r.xfer);
   const double gib = r.done_bytes / double(1ull << 30);
   std::printf("{\"io_type\": \"%s\", \"xfer_type\": \"%s\", \"threads\": %d, ", io_label(r.type),
               xfer_label(r.xfer), batch ? 1 : r.threads);

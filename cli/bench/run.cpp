@@ -55,6 +55,12 @@ double micros(Clock::time_point from, Clock::time_point to) {
 
 namespace {
 
+bool settled(RunState& run, const Lane& lane, const Block& b, Mover& mover) {
+  if (mover.settle()) return true;
+  run.fail("the copy of " + at(lane, b) + " failed");
+  return false;
+}
+
 void run_lane(RunState& run, Lane& lane, Mover& mover, LaneStats& stats) {
   const bool writing = is_write(run.type);
   std::vector<char> scratch(run.opt.verify ? run.opt.io_size : 0);
@@ -67,8 +73,11 @@ void run_lane(RunState& run, Lane& lane, Mover& mover, LaneStats& stats) {
     stats.latency_us.push_back(micros(t0, Clock::now()));
     if (!io_completed(run, lane, b, n)) return;
     stats.bytes += b.length;
-    if (!writing && run.opt.verify && !check_read(run, mover.data(), 0, lane, b, &scratch)) return;
+    if (!writing && run.opt.verify &&
+        !(settled(run, lane, b, mover) && check_read(run, mover.data(), 0, lane, b, &scratch)))
+      return;
   }
+  if (!mover.settle()) run.fail("the last copy of " + lane.path + " failed");
 }
 
 bool run_threads(const Gpu& gpu, RunState& run, std::vector<Lane>& lanes,
@@ -121,10 +130,11 @@ std::optional<Result> run_once(const Gpu& gpu, const Options& o, IoType type) {
   std::vector<Lane> lanes;
   if (!plan_lanes(o, type, &lanes)) return std::nullopt;
   bool ok = true;
+  const bool buffered = o.buffered || o.xfer == Xfer::cpu_cached_gpu;
   for (Lane& lane : lanes)
-    ok = ok && open_lane(&lane, is_write(type), o.buffered, o.xfer != Xfer::cpu_gpu);
+    ok = ok && open_lane(&lane, is_write(type), buffered, !uses_posix_io(o.xfer));
   RunState run(o, type);
-  const bool batch = o.xfer == Xfer::gpu_batch;
+  const bool batch = is_batch(o.xfer);
   std::vector<LaneStats> stats(batch ? 1 : lanes.size());
   const double cpu0 = cpu_seconds_now();
   const auto t0 = Clock::now();

@@ -18,7 +18,9 @@ import tempfile
 MIB = 1 << 20
 FILE_SIZE = 8 * MIB
 THREADS = 2
-LABELS = {0: "GPUD", 1: "CPUONLY", 2: "CPU_GPU", 5: "GPUD_ASYNC", 6: "GPU_BATCH"}
+LABELS = {0: "GPUD", 1: "CPUONLY", 2: "CPU_GPU", 3: "CPU_ASYNC_GPU", 4: "CPU_CACHED_GPU",
+          5: "GPUD_ASYNC", 6: "GPU_BATCH", 7: "GPU_BATCH_STREAM"}
+BATCH_TYPES = (6, 7)
 
 RESULT_LINE = re.compile(
     r"^IoType: (?P<io>READ|WRITE|RANDREAD|RANDWRITE) XferType: (?P<xfer>\S+) "
@@ -55,7 +57,7 @@ def check_one_pass(m, xfer, io_size, what):
     check(done == total == FILE_SIZE // 1024, f"{what}: DataSetSize {done}/{total}")
     check(int(m["io_kib"]) * 1024 == io_size, f"{what}: IOSize {m['io_kib']}")
     check(ops * io_size == done * 1024, f"{what}: ops {ops} x IOSize != done")
-    if xfer == 6:
+    if xfer in BATCH_TYPES:
         check(m["threads"] == "1" and m["depth"] == str(THREADS), f"{what}: batch Threads/IoDepth")
     else:
         check(m["threads"] == str(THREADS) and m["depth"] is None, f"{what}: Threads")
@@ -90,20 +92,40 @@ def flip_byte(path, offset):
         f.write(bytes([b[0] ^ 0x40]))
 
 
-def corruption_is_caught(path):
+def corruption_is_caught(path, xfer):
+    """A flipped byte is found and named, whichever way the data travels."""
     block = 64 * 1024
     bad_block = 50 * block
-    w = bench("-f", path, "-s", FILE_SIZE, "-i", block, "-w", THREADS, "-x", 0, "-I", 1, "-V")
-    check(w.returncode == 0, f"corruption setup: {w.stderr}")
+    common = ["-f", path, "-s", FILE_SIZE, "-i", block, "-w", THREADS, "-x", xfer, "-V"]
+    w = bench(*common, "-I", 1)
+    check(w.returncode == 0, f"-x {xfer} corruption setup: {w.stderr}")
     flip_byte(path, bad_block + 1234)
-    r = bench("-f", path, "-s", FILE_SIZE, "-i", block, "-w", THREADS, "-x", 0, "-I", 0, "-V")
-    check(r.returncode not in (0, 2), f"corrupt read: rc {r.returncode}")
+    r = bench(*common, "-I", 0)
+    check(r.returncode not in (0, 2), f"-x {xfer} corrupt read: rc {r.returncode}")
     check("verification failed" in r.stderr and f"offset {bad_block}" in r.stderr,
-          f"corrupt read names the offset: {r.stderr}")
-    # Another seed's data reads as stale, even though every block is intact.
+          f"-x {xfer} corrupt read names the offset: {r.stderr}")
+
+
+def stale_data_is_caught(path):
+    """Another seed's data reads as stale, even though every block is intact."""
+    block = 64 * 1024
     w = bench("-f", path, "-s", FILE_SIZE, "-i", block, "-w", THREADS, "-I", 1, "-V", "-k", 1)
     r = bench("-f", path, "-s", FILE_SIZE, "-i", block, "-w", THREADS, "-I", 0, "-V", "-k", 2)
     check(r.returncode == 1 and "stale" in r.stderr, f"stale data: {r.returncode} {r.stderr}")
+
+
+def slow_copies_still_land(path):
+    """-x 3 queues each read's copy to the GPU on a stream and -x 7 queues whole batches of
+    stream IO; with the driver double holding queued work back, the data a check looks at must
+    still be the block just read (the check waits for the copy, the round for its stream)."""
+    common = ["-f", path, "-s", FILE_SIZE, "-i", 256 * 1024, "-w", THREADS, "-V", "-k", 4]
+    w = bench(*common, "-x", 0, "-I", 1)
+    check(w.returncode == 0, f"slow copies setup: {w.stderr}")
+    env = dict(os.environ, FAKECUDA_ASYNC_DELAY_US="300")
+    for xfer in (3, 7):
+        r = subprocess.run([GPUFILE, "bench", *map(str, common), "-x", str(xfer), "-I", "2"],
+                           capture_output=True, text=True, timeout=60, env=env)
+        check(r.returncode == 0, f"-x {xfer} with slow copies: {r.stderr}")
 
 
 def per_thread_files_and_json(tmp):
@@ -132,8 +154,9 @@ def per_thread_files_and_json(tmp):
 def bad_flags_give_usage(path):
     cases = [["-f", path, "-s", "8M", "-i", "64K", "-Z"],          # unknown flag
              ["-f", path, "-i", "64K"],                            # no size
-             ["-f", path, "-s", "8M", "-i", "64K", "-x", "3"],     # type not implemented
-             ["-f", path, "-s", "8M", "-i", "64K", "-x", "9"],     # no such type
+             ["-f", path, "-s", "8M", "-i", "64K", "-x", "8"],     # no such type
+             ["-f", path, "-s", "8M", "-i", "64K", "-x", "-1"],
+             ["-f", path, "-s", "8M", "-i", "64K", "-x", "7", "-w", "129"],  # batch too deep
              ["-f", path, "-s", "8M", "-i", "64K", "-I", "4"],
              ["-f", path, "-D", os.path.dirname(path), "-s", "8M", "-i", "64K"],
              ["-f", path, "-s", "lots", "-i", "64K"],
@@ -141,7 +164,14 @@ def bad_flags_give_usage(path):
     for args in cases:
         r = bench(*args)
         check(r.returncode == 2 and "usage:" in r.stderr, f"{args}: rc {r.returncode}")
-    check(bench("-h").returncode == 0, "-h exits 0")
+    r = bench("-f", path, "-s", "8M", "-i", "64K", "-x", "9")
+    check("-x 9: no such transfer type" in r.stderr, f"-x 9 is named: {r.stderr}")
+    h = bench("-h")
+    check(h.returncode == 0, "-h exits 0")
+    names = ["GPU_DIRECT", "CPU_ONLY", "CPU_GPU", "CPU_ASYNC_GPU", "CPU_CACHED_GPU",
+             "GPU_DIRECT_ASYNC", "GPU_BATCH", "GPU_BATCH_STREAM"]
+    check(all(f"{n} {name} " in h.stdout for n, name in enumerate(names)),
+          "-h lists the eight transfer types")
 
 
 def main():
@@ -159,7 +189,10 @@ def main():
             r = bench("-f", path, "-s", FILE_SIZE, "-i", MIB, "-x", 0)
             check("no GPU" in r.stderr, f"no-GPU note: {r.stderr}")
         else:
-            corruption_is_caught(path)
+            for xfer in (0, 3, 4, 7):
+                corruption_is_caught(path, xfer)
+            stale_data_is_caught(path)
+            slow_copies_still_land(path)
             per_thread_files_and_json(tmp)
             bad_flags_give_usage(path)
     print(f"{len(failures)} failure(s)")
