@@ -78,7 +78,7 @@ class CuFileBatcher : public Batcher {
             events[k].status == CUFILE_COMPLETE ? static_cast<ssize_t>(events[k].ret) : -1;
         stats.latency_us.push_back(micros(round.submitted, now));
         if (!io_completed(run, lanes[j], round.blocks[j], n)) return false;
-        stats.bytes += round.blocks[j].length;
+        count_done(run, stats, round.blocks[j].length);
       }
       reaped += got;
     }
@@ -142,7 +142,7 @@ class StreamBatcher : public Batcher {
     for (size_t j : round.lanes) {
       stats.latency_us.push_back(micros(round.submitted, now));
       if (!io_completed(run, lanes[j], round.blocks[j], args_[j].done)) return false;
-      stats.bytes += round.blocks[j].length;
+      count_done(run, stats, round.blocks[j].length);
     }
     return true;
   }

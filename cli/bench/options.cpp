@@ -65,11 +65,17 @@ void print_usage(FILE* f) {
       "  -V        verify: write self-checking blocks; check them when reading\n"
       "  -b        leave IO buffers unregistered (no cuFileBufRegister)\n"
       "  -O 0|1    0 opens files with O_DIRECT, 1 goes through the page cache (0)\n"
-      "  --json    also print the result as a JSON object with latency percentiles\n",
+      "  --json    also print the result as a JSON object with latency percentiles\n"
+      "  --progress, --no-progress\n"
+      "            a live line on stderr (time, GiB done, GiB/s, ops) once a second\n"
+      "            for runs over about 2 s; default: only when stderr is a terminal\n",
       f);
 }
 
 namespace {
+
+// Long options without a short form: values above any character.
+enum LongOnly { kProgress = 256, kNoProgress };
 
 bool parse_int(const char* text, long lo, long hi, int* out) {
   char* end = nullptr;
@@ -126,6 +132,8 @@ bool apply_flag(int c, const char* arg, Options* o) {
     case 'b': o->skip_buf_register = true; return true;
     case 'O': return parse_int(arg, 0, 1, &v) && (o->buffered = v == 1, true);
     case 'j': o->json = true; return true;
+    case kProgress: o->progress = Progress::always; return true;
+    case kNoProgress: o->progress = Progress::never; return true;
     case 'h': o->help = true; return true;
     default: return false;
   }
@@ -147,6 +155,8 @@ bool options_consistent(const Options& o) {
 
 bool parse_options(int argc, char** argv, Options* o) {
   static const option longs[] = {{"json", no_argument, nullptr, 'j'},
+                                 {"progress", no_argument, nullptr, kProgress},
+                                 {"no-progress", no_argument, nullptr, kNoProgress},
                                  {"help", no_argument, nullptr, 'h'},
                                  {nullptr, 0, nullptr, 0}};
   optind = 1;  // getopt keeps state across calls; start over

@@ -34,6 +34,9 @@ bool is_write(IoType t);
 bool is_random(IoType t);
 IoType read_back_of(IoType t);  // what -V reads after a write of this type
 
+// The live progress line on stderr (progress.hpp).
+enum class Progress { automatic, always, never };
+
 struct Options {
   std::string file;  // -f
   std::string dir;   // -D
@@ -50,6 +53,7 @@ struct Options {
   bool skip_buf_register = false;
   bool buffered = false;
   bool json = false;
+  Progress progress = Progress::automatic;  // --progress, --no-progress
   bool help = false;
 };
 

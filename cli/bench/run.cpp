@@ -9,6 +9,7 @@
 #include "cli/bench/batch.hpp"
 #include "cli/bench/blocks.hpp"
 #include "cli/bench/movers.hpp"
+#include "cli/bench/progress.hpp"
 
 namespace gpufile::cli::benchmark {
 
@@ -72,7 +73,7 @@ void run_lane(RunState& run, Lane& lane, Mover& mover, LaneStats& stats) {
     ssize_t n = writing ? mover.write(b) : mover.read(b);
     stats.latency_us.push_back(micros(t0, Clock::now()));
     if (!io_completed(run, lane, b, n)) return;
-    stats.bytes += b.length;
+    count_done(run, stats, b.length);
     if (!writing && run.opt.verify &&
         !(settled(run, lane, b, mover) && check_read(run, mover.data(), 0, lane, b, &scratch)))
       return;
@@ -136,11 +137,13 @@ std::optional<Result> run_once(const Gpu& gpu, const Options& o, IoType type) {
   RunState run(o, type);
   const bool batch = is_batch(o.xfer);
   std::vector<LaneStats> stats(batch ? 1 : lanes.size());
+  ProgressLine progress(run, ok && progress_wanted(o));
   const double cpu0 = cpu_seconds_now();
   const auto t0 = Clock::now();
   if (ok) ok = batch ? run_batch(gpu, run, lanes, &stats[0]) : run_threads(gpu, run, lanes, &stats);
   const double secs = std::chrono::duration<double>(Clock::now() - t0).count();
   const double cpu = cpu_seconds_now() - cpu0;
+  progress.stop();  // erased before anything else is printed
   for (Lane& lane : lanes) close_lane(&lane);
   if (!ok) return std::nullopt;
   if (run.failed()) {

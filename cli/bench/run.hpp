@@ -39,12 +39,27 @@ class RunState {
   bool failed() const { return failed_.load(); }
   const std::string& message() const { return message_; }
 
+  // Totals so far, for the progress line (the result is summed from LaneStats).
+  void count_done(uint64_t bytes) {
+    bytes_done_.fetch_add(bytes, std::memory_order_relaxed);
+    ops_done_.fetch_add(1, std::memory_order_relaxed);
+  }
+  uint64_t bytes_done() const { return bytes_done_.load(std::memory_order_relaxed); }
+  uint64_t ops_done() const { return ops_done_.load(std::memory_order_relaxed); }
+
  private:
+  std::atomic<uint64_t> bytes_done_{0}, ops_done_{0};
   Clock::time_point deadline_{};
   std::atomic<bool> failed_{false};
   std::mutex mu_;
   std::string message_;
 };
+
+// A finished IO of `bytes`: in the lane's stats and the run's totals.
+inline void count_done(RunState& run, LaneStats& stats, uint64_t bytes) {
+  stats.bytes += bytes;
+  run.count_done(bytes);
+}
 
 // True when the IO moved the whole block; else records why not.
 bool io_completed(RunState& run, const Lane& lane, const Block& b, ssize_t n);

@@ -10,6 +10,7 @@ no driver at all, where host memory stands in for the GPU.
 """
 import json
 import os
+import pty
 import re
 import subprocess
 import sys
@@ -151,6 +152,56 @@ def per_thread_files_and_json(tmp):
         check(0.9 < float(m["secs"]) < 3, f"-T 1 takes about a second: {m['secs']}")
 
 
+def run_on_pty(args):
+    """Starts bench with a pseudo-terminal as stderr, stdout a pipe; returns (process, reader)."""
+    master, slave = pty.openpty()
+    p = subprocess.Popen([GPUFILE, "bench", *map(str, args)], stdout=subprocess.PIPE,
+                         stderr=slave)
+    os.close(slave)
+
+    def read_all():
+        data = b""
+        while True:
+            try:
+                chunk = os.read(master, 4096)
+            except OSError:  # EIO once the child closed its side
+                break
+            if not chunk:
+                break
+            data += chunk
+        os.close(master)
+        return data.decode(errors="replace")
+    return p, read_all
+
+
+def progress_line(path):
+    """A run over 2 s shows a live line on stderr (forced, or because stderr is a terminal),
+    erased before the result; stdout only ever has the result line."""
+    common = ["-f", path, "-s", FILE_SIZE, "-i", 64 * 1024, "-x", 1, "-I", 0, "-T", 3]
+    # The four runs at once, to keep the test short.
+    piped = subprocess.Popen([GPUFILE, "bench", *map(str, common)],
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    # Bytes, not text: text mode would turn the \r into newlines.
+    forced = subprocess.Popen([GPUFILE, "bench", *map(str, common), "--progress"],
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    on_tty, read_tty = run_on_pty(common)
+    off_tty, read_off = run_on_pty(common + ["--no-progress"])
+    out, err = (b.decode() for b in forced.communicate(timeout=60))
+    tty_err, off_err = read_tty(), read_off()
+    on_tty.wait(timeout=60)
+    off_tty.wait(timeout=60)
+    progress = re.compile(r"\rREAD \d+ s  \d+\.\d\d GiB done  \d+\.\d\d GiB/s  \d+ ops")
+    check(forced.returncode == 0 and len(result_lines(out)) == 1, f"--progress run: {err!r}")
+    check(out.startswith("IoType:") and "\r" not in out and "GiB done" not in out,
+          f"no progress on stdout: {out!r}")
+    check(progress.search(err), f"--progress shows the line on stderr: {err!r}")
+    check(re.search(r"\r +\r$", err), f"the line is erased at the end: {err!r}")
+    check(progress.search(tty_err), f"a terminal gets the line by default: {tty_err!r}")
+    check("GiB done" not in off_err, f"--no-progress: {off_err!r}")
+    check("GiB done" not in piped.communicate(timeout=60)[1].decode(),
+          "no line by default when stderr is a pipe")
+
+
 def bad_flags_give_usage(path):
     cases = [["-f", path, "-s", "8M", "-i", "64K", "-Z"],          # unknown flag
              ["-f", path, "-i", "64K"],                            # no size
@@ -194,6 +245,7 @@ def main():
             stale_data_is_caught(path)
             slow_copies_still_land(path)
             per_thread_files_and_json(tmp)
+            progress_line(path)
             bad_flags_give_usage(path)
     print(f"{len(failures)} failure(s)")
     return 1 if failures else 0
