@@ -66,29 +66,47 @@ void close_lane(Lane* lane) {
   lane->fd = -1;
 }
 
-bool plan_lanes(const Options& o, IoType type, std::vector<Lane>* lanes) {
-  const int n = o.threads;
-  const uint64_t slice = o.file.empty() ? o.size : o.size / n / o.io_size * o.io_size;
+namespace {
+
+// -f: an equal slice per thread, in whole IOs; -D: the whole -s.
+uint64_t slice_of(const Options& o) {
+  return o.file.empty() ? o.size : o.size / o.threads / o.io_size * o.io_size;
+}
+
+}  // namespace
+
+bool lanes_fit(const Options& o) {
+  const uint64_t slice = slice_of(o);
   if (slice == 0) {
     std::fprintf(stderr, "gpufile bench: -s %llu is too small for %d threads of -i %llu\n",
-                 static_cast<unsigned long long>(o.size), n,
+                 static_cast<unsigned long long>(o.size), o.threads,
                  static_cast<unsigned long long>(o.io_size));
     return false;
   }
+  // The last IO of a slice is short when the IO size does not divide it (the last -f slice
+  // takes the remainder of the file).
+  const uint64_t last = o.file.empty() ? slice : o.size - slice * (o.threads - 1);
+  const uint64_t tail = last % o.io_size;
+  if (o.verify && tail != 0 && tail < sizeof(BlockHeader)) {
+    std::fprintf(stderr, "gpufile bench: -V needs every IO to hold at least %zu bytes; "
+                         "the last one of a slice would hold %llu\n",
+                 sizeof(BlockHeader), static_cast<unsigned long long>(tail));
+    return false;
+  }
+  return true;
+}
+
+bool plan_lanes(const Options& o, IoType type, std::vector<Lane>* lanes) {
+  if (!lanes_fit(o)) return false;
+  const int n = o.threads;
+  const uint64_t slice = slice_of(o);
+  const bool shared = !o.file.empty();
   *lanes = std::vector<Lane>(n);
   for (int t = 0; t < n; ++t) {
     Lane& l = (*lanes)[t];
-    const bool shared = !o.file.empty();
     l.path = shared ? o.file : o.dir + "/gdsio." + std::to_string(t);
     uint64_t begin = o.offset + (shared ? slice * t : 0);
     uint64_t end = shared && t == n - 1 ? o.offset + o.size : begin + slice;
-    uint64_t tail = (end - begin) % o.io_size;
-    if (o.verify && tail != 0 && tail < sizeof(BlockHeader)) {
-      std::fprintf(stderr, "gpufile bench: -V needs every IO to hold at least %zu bytes; "
-                           "the last one of a slice would hold %llu\n",
-                   sizeof(BlockHeader), static_cast<unsigned long long>(tail));
-      return false;
-    }
     l.plan(begin, end, o.io_size, is_random(type), o.seed * 1000003 + t);
   }
   return true;

@@ -47,6 +47,9 @@ void close_lane(Lane* lane);
 
 // -f: the threads split the file; the last one also takes what does not divide evenly.
 // -D: every lane has a whole file of -s bytes.
+// Whether the data set can be cut that way (with -V, no IO too small for its header); false
+// with a message. plan_lanes() checks it too; sweeps check every point before running any.
+bool lanes_fit(const Options& o);
 bool plan_lanes(const Options& o, IoType type, std::vector<Lane>* lanes);
 
 // "offset N of PATH", for messages.

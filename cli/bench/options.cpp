@@ -2,6 +2,7 @@
 
 #include <getopt.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
@@ -68,14 +69,20 @@ void print_usage(FILE* f) {
       "  --json    also print the result as a JSON object with latency percentiles\n"
       "  --progress, --no-progress\n"
       "            a live line on stderr (time, GiB done, GiB/s, ops) once a second\n"
-      "            for runs over about 2 s; default: only when stderr is a terminal\n",
+      "            for runs over about 2 s; default: only when stderr is a terminal\n"
+      "  --sweep-io LIST       IO sizes, e.g. 4K,64K,1M,16M (instead of -i)\n"
+      "  --sweep-threads LIST  thread counts (batch depths with -x 6, 7), e.g. 1,4,16\n"
+      "            one measurement per (IO size, threads) with the other flags as given\n"
+      "            (-T per point; without -T one pass over -s), each printing its line\n"
+      "  --csv PATH  write every measurement as a CSV row (also without a sweep)\n"
+      "  --png PATH  write a chart: GiB/s against IO size, a line per thread count\n",
       f);
 }
 
 namespace {
 
 // Long options without a short form: values above any character.
-enum LongOnly { kProgress = 256, kNoProgress };
+enum LongOnly { kProgress = 256, kNoProgress, kSweepIo, kSweepThreads, kCsv, kPng };
 
 bool parse_int(const char* text, long lo, long hi, int* out) {
   char* end = nullptr;
@@ -99,6 +106,34 @@ bool parse_xfer(const char* text, Xfer* out) {
   int v = 0;
   if (!parse_int(text, 0, 7, &v)) return false;
   *out = static_cast<Xfer>(v);
+  return true;
+}
+
+// "4K,64K,1M": every item a size > 0.
+bool parse_size_list(const char* text, std::vector<uint64_t>* out) {
+  out->clear();
+  std::string list = text;
+  for (size_t from = 0; from <= list.size();) {
+    size_t comma = std::min(list.find(',', from), list.size());
+    unsigned long long v = 0;
+    if (!parse_size(list.substr(from, comma - from).c_str(), &v) || v == 0) return false;
+    out->push_back(v);
+    from = comma + 1;
+  }
+  return true;
+}
+
+// "1,4,16": every item a thread count as -w takes it.
+bool parse_count_list(const char* text, std::vector<int>* out) {
+  out->clear();
+  std::string list = text;
+  for (size_t from = 0; from <= list.size();) {
+    size_t comma = std::min(list.find(',', from), list.size());
+    int v = 0;
+    if (!parse_int(list.substr(from, comma - from).c_str(), 1, 4096, &v)) return false;
+    out->push_back(v);
+    from = comma + 1;
+  }
   return true;
 }
 
@@ -134,9 +169,19 @@ bool apply_flag(int c, const char* arg, Options* o) {
     case 'j': o->json = true; return true;
     case kProgress: o->progress = Progress::always; return true;
     case kNoProgress: o->progress = Progress::never; return true;
+    case kSweepIo: return parse_size_list(arg, &o->sweep_io);
+    case kSweepThreads: return parse_count_list(arg, &o->sweep_threads);
+    case kCsv: o->csv_path = arg; return !o->csv_path.empty();
+    case kPng: o->png_path = arg; return !o->png_path.empty();
     case 'h': o->help = true; return true;
     default: return false;
   }
+}
+
+int deepest(const Options& o) {
+  int most = o.threads;
+  for (int t : o.sweep_threads) most = std::max(most, t);
+  return most;
 }
 
 // The combinations no flag can catch on its own.
@@ -144,9 +189,10 @@ bool options_consistent(const Options& o) {
   const char* why = nullptr;
   if (o.file.empty() == o.dir.empty()) why = "give exactly one of -f and -D";
   else if (o.size == 0) why = "-s (data set size) is required and must be > 0";
-  else if (o.io_size == 0) why = "-i (IO size) is required and must be > 0";
-  else if (is_batch(o.xfer) && o.threads > 128)
-    why = "-x 6 and -x 7 allow at most 128 IOs per batch (-w)";
+  else if (o.io_size == 0 && o.sweep_io.empty())
+    why = "-i (IO size) or --sweep-io is required, and sizes must be > 0";
+  else if (is_batch(o.xfer) && deepest(o) > 128)
+    why = "-x 6 and -x 7 allow at most 128 IOs per batch (-w, --sweep-threads)";
   if (why) std::fprintf(stderr, "gpufile bench: %s\n", why);
   return why == nullptr;
 }
@@ -157,12 +203,18 @@ bool parse_options(int argc, char** argv, Options* o) {
   static const option longs[] = {{"json", no_argument, nullptr, 'j'},
                                  {"progress", no_argument, nullptr, kProgress},
                                  {"no-progress", no_argument, nullptr, kNoProgress},
+                                 {"sweep-io", required_argument, nullptr, kSweepIo},
+                                 {"sweep-threads", required_argument, nullptr, kSweepThreads},
+                                 {"csv", required_argument, nullptr, kCsv},
+                                 {"png", required_argument, nullptr, kPng},
                                  {"help", no_argument, nullptr, 'h'},
                                  {nullptr, 0, nullptr, 0}};
   optind = 1;  // getopt keeps state across calls; start over
   opterr = 0;  // our own messages, with our own name in them
   int c = 0;
-  while ((c = getopt_long(argc, argv, ":f:D:d:w:s:i:o:x:I:T:k:VbO:h", longs, nullptr)) != -1) {
+  int long_index = 0;
+  while ((c = getopt_long(argc, argv, ":f:D:d:w:s:i:o:x:I:T:k:VbO:h", longs, &long_index)) !=
+         -1) {
     if (c == '?' || c == ':') {
       const char* what = c == ':' ? "missing value for" : "unknown flag";
       std::fprintf(stderr, "gpufile bench: %s %s\n", what, argv[optind - 1]);
@@ -171,6 +223,9 @@ bool parse_options(int argc, char** argv, Options* o) {
     if (!apply_flag(c, optarg, o)) {
       if (c == 'x')  // gdsio's eight types; the usage below lists them
         std::fprintf(stderr, "gpufile bench: -x %s: no such transfer type (0 to 7)\n", optarg);
+      else if (c >= kProgress)
+        std::fprintf(stderr, "gpufile bench: bad value for --%s: '%s'\n", longs[long_index].name,
+                     optarg);
       else
         std::fprintf(stderr, "gpufile bench: bad value for -%c: '%s'\n", c, optarg ? optarg : "");
       return false;

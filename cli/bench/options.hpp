@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <string>
+#include <vector>
 
 namespace gpufile::cli::benchmark {
 
@@ -54,6 +55,11 @@ struct Options {
   bool buffered = false;
   bool json = false;
   Progress progress = Progress::automatic;  // --progress, --no-progress
+  // Sweeps: one measurement per (IO size, threads); empty: the -i or -w value alone.
+  std::vector<uint64_t> sweep_io;  // --sweep-io
+  std::vector<int> sweep_threads;  // --sweep-threads
+  std::string csv_path;            // --csv: a row per measurement
+  std::string png_path;            // --png: GiB/s against IO size, a line per thread count
   bool help = false;
 };
 

@@ -61,4 +61,24 @@ void print_json(const Result& r) {
               gib > 0 ? r.cpu_seconds / gib : 0.0);
 }
 
+std::string csv_header() {
+  return "io_type,xfer,threads,io_depth,io_size_bytes,gib_per_s,iops,avg_latency_us,p50_us,"
+         "p99_us,max_us,cpu_s_per_gib,bytes,seconds\n";
+}
+
+std::string csv_row(const Result& r) {
+  const bool batch = is_batch(r.xfer);
+  const double ops = static_cast<double>(r.latency_us.size());
+  const double gib = r.done_bytes / double(1ull << 30);
+  char row[512];
+  std::snprintf(row, sizeof row, "%s,%s,%d,%d,%llu,%f,%f,%f,%f,%f,%f,%f,%llu,%f\n",
+                io_label(r.type), xfer_label(r.xfer), batch ? 1 : r.threads,
+                batch ? r.threads : 1, static_cast<unsigned long long>(r.io_size),
+                gib_per_sec(r), r.seconds > 0 ? ops / r.seconds : 0.0, mean(r.latency_us),
+                percentile(r.latency_us, 0.5), percentile(r.latency_us, 0.99),
+                percentile(r.latency_us, 1.0), gib > 0 ? r.cpu_seconds / gib : 0.0,
+                static_cast<unsigned long long>(r.done_bytes), r.seconds);
+  return row;
+}
+
 }  // namespace gpufile::cli::benchmark

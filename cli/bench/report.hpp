@@ -2,6 +2,7 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "cli/bench/options.hpp"
@@ -28,5 +29,10 @@ double gib_per_sec(const Result& r);
 // gdsio's line, field for field; batch runs report the depth, not threads.
 void print_line(const Result& r);
 void print_json(const Result& r);
+
+// --csv: the header, and one row per result (each ending in a newline). Like the result
+// line, batch runs have threads 1 and their depth in io_depth; other runs io_depth 1.
+std::string csv_header();
+std::string csv_row(const Result& r);
 
 }  // namespace gpufile::cli::benchmark

@@ -3,15 +3,18 @@
 
 usage: bench_test.py GPUFILE [--quick]
 
-Runs the CLI binary as a user would and checks what it prints: the gdsio result line, the
-verification pass, --json, corruption detection and flag errors. With the CUDA driver test
+Runs the CLI binary as a user would and checks what it prints: the gdsio result line for every
+transfer type, the verification pass, --json, corruption detection, the progress line, sweeps
+with their CSV and PNG files, and flag errors. With the CUDA driver test
 double the "GPU" buffers are the double's device memory; --quick is the smaller set run with
 no driver at all, where host memory stands in for the GPU.
 """
+import csv
 import json
 import os
 import pty
 import re
+import struct
 import subprocess
 import sys
 import tempfile
@@ -202,6 +205,82 @@ def progress_line(path):
           "no line by default when stderr is a pipe")
 
 
+CSV_COLUMNS = ["io_type", "xfer", "threads", "io_depth", "io_size_bytes", "gib_per_s", "iops",
+               "avg_latency_us", "p50_us", "p99_us", "max_us", "cpu_s_per_gib", "bytes",
+               "seconds"]
+
+
+def read_csv(path):
+    with open(path, newline="") as f:
+        return list(csv.DictReader(f))
+
+
+def png_size(path):
+    """(width, height) from the IHDR chunk, or None when the file is no PNG."""
+    with open(path, "rb") as f:
+        head = f.read(24)
+    if head[:8] != b"\x89PNG\r\n\x1a\n" or head[12:16] != b"IHDR":
+        return None
+    return struct.unpack(">II", head[16:24])
+
+
+def sweeps(tmp):
+    """One measurement per (IO size, threads), each with its result line, then a CSV row
+    per measurement and a chart; random and batch sweeps too."""
+    path = os.path.join(tmp, "sweep")
+    out_csv, out_png = os.path.join(tmp, "sweep.csv"), os.path.join(tmp, "sweep.png")
+    sizes, threads = [64 * 1024, 256 * 1024, MIB], [1, 2]
+    r = bench("-f", path, "-s", FILE_SIZE, "-x", 0, "-I", 1, "-V", "--sweep-io", "64K,256K,1M",
+              "--sweep-threads", "1,2", "--csv", out_csv, "--png", out_png)
+    if not check(r.returncode == 0, f"sweep: rc {r.returncode}: {r.stderr}"):
+        return
+    lines = result_lines(r.stdout)
+    grid = [(t, io) for t in threads for io in sizes]
+    check([m["io"] for m in lines] == ["WRITE", "READ"] * len(grid),
+          f"sweep: a -V write and its read-back per point: {[m['io'] for m in lines]}")
+    check([(int(m["threads"]), int(m["io_kib"]) * 1024) for m in lines[::2]] == grid,
+          "sweep: points in order, thread counts outermost")
+    rows = read_csv(out_csv)
+    with open(out_csv) as f:
+        header = f.readline().strip().split(",")
+    check(header == CSV_COLUMNS, f"csv header: {header}")
+    check([(int(row["threads"]), int(row["io_size_bytes"])) for row in rows] == grid,
+          f"csv: one row per point: {rows}")
+    for row, m in zip(rows, lines[::2]):
+        check(row["io_type"] == "WRITE" and row["xfer"] == "GPUD" and row["io_depth"] == "1",
+              f"csv labels: {row}")
+        check(int(row["bytes"]) == FILE_SIZE and float(row["seconds"]) > 0, f"csv bytes: {row}")
+        check(abs(float(row["gib_per_s"]) - float(m["gibps"])) < 1e-6, "csv GiB/s = line")
+        check(float(row["iops"]) > 0 and
+              0 < float(row["p50_us"]) <= float(row["p99_us"]) <= float(row["max_us"]),
+              f"csv iops and percentiles: {row}")
+    check(png_size(out_png) == (960, 600), f"png signature and IHDR: {png_size(out_png)}")
+    check(not [n for n in os.listdir(tmp) if ".tmp." in n], "no temporary files left")
+
+    # Random IO and a batch type: --sweep-threads alone, -i fixed; depth in io_depth.
+    r = bench("-f", path, "-s", FILE_SIZE, "-i", "256K", "-x", 7, "-I", 2, "--sweep-threads",
+              "2,4", "--csv", out_csv)
+    check(r.returncode == 0 and len(result_lines(r.stdout)) == 2, f"batch sweep: {r.stderr}")
+    rows = read_csv(out_csv)
+    check([(row["io_type"], row["xfer"], row["threads"], row["io_depth"]) for row in rows] ==
+          [("RANDREAD", "GPU_BATCH_STREAM", "1", "2"), ("RANDREAD", "GPU_BATCH_STREAM", "1", "4")],
+          f"batch sweep rows: {rows}")
+
+
+def unwritable_output_fails_first(tmp):
+    """An unwritable --csv or --png is an error before anything runs: the write never starts."""
+    never = os.path.join(tmp, "never-written")
+    for flag in ("--csv", "--png"):
+        r = bench("-f", never, "-s", FILE_SIZE, "-i", MIB, "-I", 1, "--sweep-io", "64K,1M",
+                  flag, os.path.join(tmp, "no-such-dir", "out"))
+        check(r.returncode == 1 and f"cannot write {flag}" in r.stderr,
+              f"{flag} unwritable: rc {r.returncode}: {r.stderr}")
+        check("IoType:" not in r.stdout and not os.path.exists(never),
+              f"{flag} unwritable: nothing ran")
+    r = bench("-f", never, "-s", FILE_SIZE, "-i", MIB, "-I", 1, "--csv", tmp)
+    check(r.returncode == 1 and "directory" in r.stderr, f"--csv DIR: {r.stderr}")
+
+
 def bad_flags_give_usage(path):
     cases = [["-f", path, "-s", "8M", "-i", "64K", "-Z"],          # unknown flag
              ["-f", path, "-i", "64K"],                            # no size
@@ -211,7 +290,12 @@ def bad_flags_give_usage(path):
              ["-f", path, "-s", "8M", "-i", "64K", "-I", "4"],
              ["-f", path, "-D", os.path.dirname(path), "-s", "8M", "-i", "64K"],
              ["-f", path, "-s", "lots", "-i", "64K"],
-             ["-f", path, "-s", "8M", "-i"]]
+             ["-f", path, "-s", "8M", "-i"],
+             ["-f", path, "-s", "8M", "--sweep-io", "4K,,1M"],
+             ["-f", path, "-s", "8M", "--sweep-io", "4K,0"],
+             ["-f", path, "-s", "8M", "-i", "64K", "--sweep-threads", "1,x"],
+             ["-f", path, "-s", "8M", "--sweep-threads", "1,2"],      # no IO size at all
+             ["-f", path, "-s", "8M", "-i", "64K", "-x", "6", "--sweep-threads", "8,256"]]
     for args in cases:
         r = bench(*args)
         check(r.returncode == 2 and "usage:" in r.stderr, f"{args}: rc {r.returncode}")
@@ -246,6 +330,8 @@ def main():
             slow_copies_still_land(path)
             per_thread_files_and_json(tmp)
             progress_line(path)
+            sweeps(tmp)
+            unwritable_output_fails_first(tmp)
             bad_flags_give_usage(path)
     print(f"{len(failures)} failure(s)")
     return 1 if failures else 0
