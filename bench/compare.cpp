@@ -1,21 +1,39 @@
-// gpufile_compare MODE FILE: one measurement per call, one line of output, so that a script can
-// drop the page cache between calls. Modes:
-//   h2d-pinned   copy 1 GiB from pinned host memory to the GPU (the PCIe ceiling)
-//   h2d-pageable copy 1 GiB from pageable host memory to the GPU
-//   naive        pread 16 MiB pieces of FILE into one pinned buffer, cuMemcpyHtoD each (the loop
-//                most hand-written loaders use)
-//   gpufile      cuFileRead of the whole FILE into device memory
-//   gpufile-write  cuFileWrite of FILE's size from device memory to FILE.out (then fsync)
+// gpufile_compare MODE [FILE [THREADS]]: one measurement per call, one line of output, so that a
+// script (bench/side_by_side.py, bench/gpu-run.sh) can drop the page cache between calls.
+//
+// Ceilings (what the machine allows, no file system or library in the way):
+//   h2d-pinned / h2d-pageable   copy 1 GiB host -> GPU four times (pinned: the PCIe ceiling);
+//                               pinned = gpufile's staging memory (cuda::alloc_pinned)
+//   h2d-hostalloc               the same from cuMemHostAlloc memory (the driver's own pinning)
+//   d2h-pinned / d2h-pageable / d2h-hostalloc   the same, GPU -> host
+//   direct-read FILE [THREADS]  THREADS threads read their slices of FILE with O_DIRECT, 16 MiB
+//                               at a time: the disk's read ceiling with depth
+//   pagecache FILE [THREADS]    THREADS threads pread their slices of FILE into host memory:
+//                               the page cache's read ceiling (default: one thread per core)
+//   fswrite FILE [THREADS]      THREADS threads pwrite host memory into their slices of FILE.out
+//                               through the page cache, then fsync: the file system's write ceiling
+// Baselines (what hand-written loaders do):
+//   naive FILE                  pread 16 MiB pieces into one pinned buffer, cuMemcpyHtoD each
+//   pageable FILE               the same with a malloc'd buffer
+//   naive-write / pageable-write FILE   cuMemcpyDtoH 16 MiB pieces, pwrite each to FILE.out, fsync
+// gpufile through the cuFile API:
+//   gpufile FILE                one cuFileRead of the whole FILE into device memory
+//   gpufile-write FILE          one cuFileWrite of FILE's size to FILE.out (O_DIRECT fd), then fsync
+//
+// Output: MODE, GiB moved, seconds, GiB/s, CPU seconds (user + system, all threads) per GiB.
 #include <cufile.h>
 #include <fcntl.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "cuda/driver.hpp"
@@ -28,51 +46,130 @@ using Clock = std::chrono::steady_clock;
 namespace {
 
 const cuda::Driver* d = nullptr;
+constexpr uint64_t kPiece = 16ull << 20;  // what the naive loops read or write per call
+constexpr double kGiB = double(1ull << 30);
 
-double secs(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
-
-void report(const char* mode, uint64_t bytes, double s, const char* note = "") {
-  std::printf("%-14s %8.3f GiB %8.3f s %8.2f GiB/s %s\n", mode, bytes / double(1ull << 30), s,
-              bytes / double(1ull << 30) / s, note);
+double cpu_seconds() {
+  rusage u{};
+  getrusage(RUSAGE_SELF, &u);
+  return u.ru_utime.tv_sec + u.ru_stime.tv_sec + (u.ru_utime.tv_usec + u.ru_stime.tv_usec) / 1e6;
 }
+
+// Wall and CPU time of one measured stretch.
+struct Timer {
+  Clock::time_point t0 = Clock::now();
+  double cpu0 = cpu_seconds();
+  void report(const char* mode, uint64_t bytes, const std::string& note = "") const {
+    double s = std::chrono::duration<double>(Clock::now() - t0).count();
+    double cpu = cpu_seconds() - cpu0;
+    std::printf("%-14s %8.3f GiB %8.3f s %8.2f GiB/s cpu %7.3f s/GiB %s\n", mode, bytes / kGiB, s,
+                bytes / kGiB / s, cpu / (bytes / kGiB), note.c_str());
+  }
+};
 
 int fail(const char* what) {
   std::fprintf(stderr, "gpufile_compare: %s\n", what);
   return 1;
 }
 
-int h2d(bool pinned) {
+enum class HostMemory { pageable, pinned, host_alloc };
+
+void* host_buffer(uint64_t n, HostMemory kind) {
+  void* p = nullptr;
+  if (kind == HostMemory::pinned) return cuda::alloc_pinned(n, &p) ? nullptr : p;
+  if (kind == HostMemory::host_alloc) return d->MemHostAlloc(&p, n, 0) ? nullptr : p;
+  p = aligned_alloc(4096, n);
+  if (p) std::memset(p, 1, n);  // fault it in outside the timed stretch
+  return p;
+}
+
+const char* memory_name(HostMemory kind) {
+  static const char* names[] = {"pageable", "pinned", "hostalloc"};
+  return names[static_cast<int>(kind)];
+}
+
+int copy_ceiling(bool to_device, HostMemory kind) {
   const uint64_t n = 1ull << 30;
-  void* host = nullptr;
-  if (pinned) {
-    if (cuda::alloc_pinned(n, &host)) return fail("pinned alloc");
-  } else {
-    host = aligned_alloc(4096, n);
-  }
-  std::memset(host, 1, n);
+  void* host = host_buffer(n, kind);
   cuda::CUdeviceptr dev = 0;
-  if (d->MemAlloc(&dev, n)) return fail("device alloc");
-  d->MemcpyHtoD(dev, host, n);  // warm-up
-  auto t0 = Clock::now();
-  for (int i = 0; i < 4; ++i) d->MemcpyHtoD(dev, host, n);
-  report(pinned ? "h2d-pinned" : "h2d-pageable", 4 * n, secs(t0));
+  if (host == nullptr || d->MemAlloc(&dev, n)) return fail("alloc");
+  auto copy = [&] { return to_device ? d->MemcpyHtoD(dev, host, n) : d->MemcpyDtoH(host, dev, n); };
+  if (copy()) return fail("copy");  // warm-up
+  Timer t;
+  for (int i = 0; i < 4; ++i) copy();
+  std::string mode = std::string(to_device ? "h2d-" : "d2h-") + memory_name(kind);
+  t.report(mode.c_str(), 4 * n);
   return 0;
 }
 
-int naive(const char* path, uint64_t size) {
-  const uint64_t piece = 16ull << 20;
-  void* host = nullptr;
-  if (cuda::alloc_pinned(piece, &host)) return fail("pinned alloc");
+// Slice [off, off + len) of `size` bytes for thread i of n, on 16 MiB boundaries.
+void slice(uint64_t size, int i, int n, uint64_t* off, uint64_t* len) {
+  uint64_t pieces = (size + kPiece - 1) / kPiece;
+  uint64_t a = pieces * i / n * kPiece, b = std::min(size, pieces * (i + 1) / n * kPiece);
+  *off = a;
+  *len = b > a ? b - a : 0;
+}
+
+// THREADS threads each moving their slice of the file between host memory and the file: through
+// the page cache, or (direct) reading with O_DIRECT.
+int host_file_ceiling(const char* path, uint64_t size, int threads, bool write, bool direct) {
+  std::string target = write ? std::string(path) + ".out" : path;
+  int flags = write ? O_WRONLY | O_CREAT | O_TRUNC : O_RDONLY | (direct ? O_DIRECT : 0);
+  int fd = open(target.c_str(), flags, 0644);
+  if (fd < 0) return fail("open");
+  std::vector<void*> bufs(threads);
+  for (auto& b : bufs)
+    if ((b = host_buffer(kPiece, HostMemory::pageable)) == nullptr) return fail("alloc");
+  bool ok = true;
+  Timer t;
+  std::vector<std::thread> pool;
+  for (int i = 0; i < threads; ++i)
+    pool.emplace_back([&, i] {
+      uint64_t off = 0, len = 0;
+      slice(size, i, threads, &off, &len);
+      for (uint64_t done = 0; done < len;) {
+        uint64_t n = std::min(kPiece, len - done);
+        ssize_t r = write ? pwrite(fd, bufs[i], n, off + done) : pread(fd, bufs[i], n, off + done);
+        if (r <= 0) { ok = false; return; }
+        done += static_cast<uint64_t>(r);
+      }
+    });
+  for (auto& th : pool) th.join();
+  if (write) fsync(fd);
+  if (!ok) return fail(write ? "pwrite" : "pread");
+  t.report(write ? "fswrite" : direct ? "direct-read" : "pagecache", size,
+           "(" + std::to_string(threads) + " threads)");
+  close(fd);
+  if (write) unlink(target.c_str());
+  return 0;
+}
+
+// The loop most hand-written loaders use: one thread, one 16 MiB host buffer, a synchronous
+// copy after each read (or before each write).
+int naive(const char* path, uint64_t size, bool pinned, bool write) {
+  void* host = host_buffer(kPiece, pinned ? HostMemory::pinned : HostMemory::pageable);
   cuda::CUdeviceptr dev = 0;
-  if (d->MemAlloc(&dev, size)) return fail("device alloc");
-  int fd = open(path, O_RDONLY);
-  auto t0 = Clock::now();
-  for (uint64_t off = 0; off < size; off += piece) {
-    uint64_t n = std::min(piece, size - off);
-    if (pread(fd, host, n, off) != static_cast<ssize_t>(n)) return fail("pread");
-    d->MemcpyHtoD(dev + off, host, n);
+  if (host == nullptr || d->MemAlloc(&dev, size)) return fail("alloc");
+  std::string target = write ? std::string(path) + ".out" : path;
+  int fd = open(target.c_str(), write ? O_WRONLY | O_CREAT | O_TRUNC : O_RDONLY, 0644);
+  if (fd < 0) return fail("open");
+  Timer t;
+  for (uint64_t off = 0; off < size; off += kPiece) {
+    uint64_t n = std::min(kPiece, size - off);
+    if (write) {
+      d->MemcpyDtoH(host, dev + off, n);
+      if (pwrite(fd, host, n, off) != static_cast<ssize_t>(n)) return fail("pwrite");
+    } else {
+      if (pread(fd, host, n, off) != static_cast<ssize_t>(n)) return fail("pread");
+      d->MemcpyHtoD(dev + off, host, n);
+    }
   }
-  report("naive", size, secs(t0), "(pread 16 MiB + cuMemcpyHtoD, 1 thread)");
+  if (write) fsync(fd);
+  std::string mode = std::string(pinned ? "naive" : "pageable") + (write ? "-write" : "");
+  t.report(mode.c_str(), size, pinned ? "(16 MiB pieces, pinned, 1 thread)"
+                                      : "(16 MiB pieces, malloc'd, 1 thread)");
+  close(fd);
+  if (write) unlink(target.c_str());
   return 0;
 }
 
@@ -89,14 +186,13 @@ int with_gpufile(const char* path, uint64_t size, bool write) {
   CUfileHandle_t h = nullptr;
   if (cuFileHandleRegister(&h, &desc).err) return fail("handle register");
   cuFileBufRegister(reinterpret_cast<void*>(dev), size, 0);
-  auto t0 = Clock::now();
+  Timer t;
   ssize_t r = write ? cuFileWrite(h, reinterpret_cast<void*>(dev), size, 0, 0)
                     : cuFileRead(h, reinterpret_cast<void*>(dev), size, 0, 0);
   if (write) fsync(fd);
-  double s = secs(t0);
   if (r != static_cast<ssize_t>(size)) return fail("short transfer");
-  std::string note = "(engine " + Runtime::instance().engine_name() + ")";
-  report(write ? "gpufile-write" : "gpufile", size, s, note.c_str());
+  t.report(write ? "gpufile-write" : "gpufile", size,
+           "(engine " + Runtime::instance().engine_name() + ")");
   cuFileHandleDeregister(h);
   close(fd);
   if (write) unlink(target.c_str());
@@ -106,7 +202,7 @@ int with_gpufile(const char* path, uint64_t size, bool write) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  if (argc < 2) return fail("usage: gpufile_compare MODE [FILE]");
+  if (argc < 2) return fail("usage: gpufile_compare MODE [FILE [THREADS]]");
   d = cuda::driver();
   if (d == nullptr) return fail(cuda::why_no_driver().c_str());
   cuda::CUcontext ctx = nullptr;
@@ -115,13 +211,23 @@ int main(int argc, char** argv) {
   d->DevicePrimaryCtxRetain(&ctx, dev);
   d->CtxSetCurrent(ctx);
   std::string mode = argv[1];
-  if (mode == "h2d-pinned") return h2d(true);
-  if (mode == "h2d-pageable") return h2d(false);
+  for (HostMemory kind : {HostMemory::pageable, HostMemory::pinned, HostMemory::host_alloc}) {
+    if (mode == std::string("h2d-") + memory_name(kind)) return copy_ceiling(true, kind);
+    if (mode == std::string("d2h-") + memory_name(kind)) return copy_ceiling(false, kind);
+  }
   if (argc < 3) return fail("this mode needs a FILE");
   struct stat st {};
   if (stat(argv[2], &st) != 0) return fail("stat");
   uint64_t size = static_cast<uint64_t>(st.st_size);
-  if (mode == "naive") return naive(argv[2], size);
+  int threads = argc > 3 ? std::atoi(argv[3]) : static_cast<int>(std::thread::hardware_concurrency());
+  if (threads < 1 || threads > 1024) return fail("THREADS must be 1..1024");
+  if (mode == "pagecache") return host_file_ceiling(argv[2], size, threads, false, false);
+  if (mode == "direct-read") return host_file_ceiling(argv[2], size, threads, false, true);
+  if (mode == "fswrite") return host_file_ceiling(argv[2], size, threads, true, false);
+  if (mode == "naive") return naive(argv[2], size, true, false);
+  if (mode == "pageable") return naive(argv[2], size, false, false);
+  if (mode == "naive-write") return naive(argv[2], size, true, true);
+  if (mode == "pageable-write") return naive(argv[2], size, false, true);
   if (mode == "gpufile") return with_gpufile(argv[2], size, false);
   if (mode == "gpufile-write") return with_gpufile(argv[2], size, true);
   return fail("unknown mode");
