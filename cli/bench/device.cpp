@@ -89,9 +89,14 @@ void* Buffer::ptr() const {
   return kind_ == Mem::device ? reinterpret_cast<void*>(dev_) : host_;
 }
 
+// A synchronous copy from pageable memory may return before its DMA reached the device
+// (it ran on the legacy stream, and only the staging of the source is waited for). Work on
+// our non-blocking streams is not ordered after it, so -x 3, 5 and 7 writes of -V blocks
+// read stale bytes unless the legacy stream is waited for: seen on an H100.
 bool Buffer::put(uint64_t at, const void* src, uint64_t n) const {
   if (kind_ != Mem::device) return std::memcpy(host_ + at, src, n), true;
-  return drv_->MemcpyHtoD(dev_ + at, src, n) == cuda::CUDA_SUCCESS;
+  return drv_->MemcpyHtoD(dev_ + at, src, n) == cuda::CUDA_SUCCESS &&
+         drv_->StreamSynchronize(nullptr) == cuda::CUDA_SUCCESS;
 }
 
 bool Buffer::get(uint64_t at, void* dst, uint64_t n) const {

@@ -72,7 +72,7 @@ class Buffer {
   bool allocate(Mem kind, const Gpu& gpu, uint64_t bytes);
   void* ptr() const;
   uint64_t bytes() const { return bytes_; }
-  // Synchronous copies between the buffer and host memory.
+  // Copies between the buffer and host memory, complete on the device when they return.
   bool put(uint64_t at, const void* src, uint64_t n) const;
   bool get(uint64_t at, void* dst, uint64_t n) const;
   // The same, queued on `s`; `src`/`dst` should be pinned so the copy runs asynchronously.
