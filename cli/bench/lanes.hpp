@@ -1,6 +1,6 @@
 // Lanes: the data set cut into the units that run side by side. One lane per thread (-w), or
-// one per batch slot with -x 6. A lane owns a byte range of one file and walks it block by
-// block (IO size), in order or shuffled.
+// one per batch slot with -x 6 and 7. A lane owns a byte range of one file and walks it block
+// by block (IO size), in order or shuffled.
 #pragma once
 
 #include <cufile.h>

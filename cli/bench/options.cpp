@@ -41,7 +41,7 @@ IoType read_back_of(IoType t) { return is_random(t) ? IoType::randread : IoType:
 
 void print_usage(FILE* f) {
   std::fputs(
-      "usage: gpufile bench (-f FILE | -D DIR) -s SIZE -i IOSIZE [options]\n"
+      "usage: gpufile bench (-f FILE | -D DIR) -s SIZE (-i IOSIZE | --sweep-io LIST) [options]\n"
       "  -f FILE   one file shared by all threads, each thread takes an equal slice\n"
       "  -D DIR    one file per thread, DIR/gdsio.<n>\n"
       "  -s SIZE   data set size: of FILE, or of each per-thread file (K/M/G are binary)\n"
