@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstdio>
+#include <functional>
+#include <latch>
 #include <memory>
 #include <thread>
 
@@ -13,8 +15,17 @@
 
 namespace gpufile::cli::benchmark {
 
-RunState::RunState(const Options& o, IoType type) : opt(o), type(type) {
-  if (o.seconds > 0) deadline_ = Clock::now() + std::chrono::seconds(o.seconds);
+RunState::RunState(const Options& o, IoType type) : opt(o), type(type) {}
+
+void RunState::start() {
+  cpu_at_start_ = cpu_seconds_now();
+  started_ = Clock::now();
+  if (timed()) deadline_ = started_ + std::chrono::seconds(opt.seconds);
+}
+
+void RunState::finish(Clock::time_point last_end) {
+  cpu_seconds_ = cpu_seconds_now() - cpu_at_start_;
+  seconds_ = std::chrono::duration<double>(std::max(last_end, started_) - started_).count();
 }
 
 void RunState::fail(const std::string& message) {
@@ -79,10 +90,15 @@ void run_lane(RunState& run, Lane& lane, Mover& mover, LaneStats& stats) {
       return;
   }
   if (!mover.settle()) run.fail("the last copy of " + lane.path + " failed");
+  stats.ended = Clock::now();
 }
 
+// Every lane's buffers are set up first (allocated, registered, filled: on an H100, 16 lanes
+// of 64 MiB took over a second, which once ate all of a -T 1 run), then every thread is
+// started and waits at the gate; the clock starts when the last one is there, and the gate
+// lets them all go at once. The time ends with the lane that ended last.
 bool run_threads(const Gpu& gpu, RunState& run, std::vector<Lane>& lanes,
-                 std::vector<LaneStats>* stats) {
+                 std::vector<LaneStats>* stats, const std::function<void()>& on_start) {
   std::vector<std::unique_ptr<Mover>> movers;
   bool ok = true;
   for (Lane& lane : lanes) {
@@ -95,19 +111,29 @@ bool run_threads(const Gpu& gpu, RunState& run, std::vector<Lane>& lanes,
     }
   }
   if (ok) {
+    std::latch ready(static_cast<std::ptrdiff_t>(lanes.size())), go(1);
     std::vector<std::thread> workers;
     for (size_t t = 0; t < lanes.size(); ++t)
       workers.emplace_back([&, t] {
         gpu.bind_thread();
+        ready.count_down();
+        go.wait();
         run_lane(run, lanes[t], *movers[t], (*stats)[t]);
       });
+    ready.wait();
+    run.start();
+    go.count_down();
+    on_start();
     for (auto& w : workers) w.join();
+    Clock::time_point last = run.started();
+    for (const LaneStats& s : *stats) last = std::max(last, s.ended);
+    run.finish(last);
   }
   for (auto& m : movers) m->stop(run.opt);
   return ok;
 }
 
-Result summarise(const Options& o, IoType type, double secs, double cpu,
+Result summarise(const Options& o, IoType type, const RunState& run,
                  std::vector<LaneStats>& stats) {
   Result r;
   r.type = type;
@@ -115,8 +141,8 @@ Result summarise(const Options& o, IoType type, double secs, double cpu,
   r.threads = o.threads;
   r.io_size = o.io_size;
   r.total_bytes = o.file.empty() ? o.size * o.threads : o.size;
-  r.seconds = secs;
-  r.cpu_seconds = cpu;
+  r.seconds = run.seconds();
+  r.cpu_seconds = run.cpu_seconds();
   for (LaneStats& s : stats) {
     r.done_bytes += s.bytes;
     r.latency_us.insert(r.latency_us.end(), s.latency_us.begin(), s.latency_us.end());
@@ -137,20 +163,28 @@ std::optional<Result> run_once(const Gpu& gpu, const Options& o, IoType type) {
   RunState run(o, type);
   const bool batch = is_batch(o.xfer);
   std::vector<LaneStats> stats(batch ? 1 : lanes.size());
-  ProgressLine progress(run, ok && progress_wanted(o));
-  const double cpu0 = cpu_seconds_now();
-  const auto t0 = Clock::now();
-  if (ok) ok = batch ? run_batch(gpu, run, lanes, &stats[0]) : run_threads(gpu, run, lanes, &stats);
-  const double secs = std::chrono::duration<double>(Clock::now() - t0).count();
-  const double cpu = cpu_seconds_now() - cpu0;
-  progress.stop();  // erased before anything else is printed
+  // The live line starts with the clock, after setup.
+  std::optional<ProgressLine> progress;
+  const auto on_start = [&] {
+    if (progress_wanted(o)) progress.emplace(run, true);
+  };
+  if (ok)
+    ok = batch ? run_batch(gpu, run, lanes, &stats[0], on_start)
+               : run_threads(gpu, run, lanes, &stats, on_start);
+  if (progress) progress->stop();  // erased before anything else is printed
   for (Lane& lane : lanes) close_lane(&lane);
   if (!ok) return std::nullopt;
   if (run.failed()) {
     std::fprintf(stderr, "gpufile bench: %s\n", run.message().c_str());
     return std::nullopt;
   }
-  Result r = summarise(o, type, secs, cpu, stats);
+  Result r = summarise(o, type, run, stats);
+  // A line of zeros would read as a measurement; there was none.
+  if (r.latency_us.empty()) {
+    std::fprintf(stderr, "gpufile bench: %s: no IO completed in %.6f s; no result\n",
+                 io_label(type), r.seconds);
+    return std::nullopt;
+  }
   print_line(r);
   if (o.json) print_json(r);
   std::fflush(stdout);

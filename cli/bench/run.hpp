@@ -22,6 +22,7 @@ using Clock = std::chrono::steady_clock;
 struct LaneStats {
   std::vector<double> latency_us;
   uint64_t bytes = 0;
+  Clock::time_point ended{};  // when the lane's last IO (and any copy it left running) ended
 };
 
 class RunState {
@@ -31,6 +32,18 @@ class RunState {
   const IoType type;
 
   bool timed() const { return opt.seconds > 0; }
+
+  // The clock. The runner starts it once every buffer is allocated, registered and filled and
+  // every thread waits at the start gate: setup is never measured, and -T counts from here.
+  // finish() ends it when the last IO ended (`last_end`, the latest LaneStats::ended).
+  void start();
+  void finish(Clock::time_point last_end);
+  Clock::time_point started() const { return started_; }
+  double seconds() const { return seconds_; }
+  double cpu_seconds() const { return cpu_seconds_; }
+
+  // Whether a lane should start no further IO. The IO in flight when the time is up still
+  // finishes and counts (as gdsio counts it).
   bool should_stop() const {
     return failed_.load(std::memory_order_relaxed) || (timed() && Clock::now() >= deadline_);
   }
@@ -49,7 +62,9 @@ class RunState {
 
  private:
   std::atomic<uint64_t> bytes_done_{0}, ops_done_{0};
-  Clock::time_point deadline_{};
+  // Written by start() before the threads are let go (the gate orders it before their reads).
+  Clock::time_point started_{}, deadline_{};
+  double cpu_at_start_ = 0, seconds_ = 0, cpu_seconds_ = 0;
   std::atomic<bool> failed_{false};
   std::mutex mu_;
   std::string message_;

@@ -132,6 +132,35 @@ def slow_copies_still_land(path):
         check(r.returncode == 0, f"-x {xfer} with slow copies: {r.stderr}")
 
 
+def slow_setup_is_not_timed(path):
+    """Setting up the IO buffers (allocation, registration, the fill's copy) is done before the
+    clock starts. With the driver double's copies held back 0.3 s, four lanes' fills take
+    1.2 s: a -T 1 run once spent its whole second on them and reported ops: 0 (exit 0), as an
+    H100 did with -w 16 -i 64M. Now the second starts after setup; every IO started in it
+    counts, even one that ends after it, and the time runs until the last one ended. A one-IO
+    run's time is that IO, not the setup before it."""
+    env = dict(os.environ, FAKECUDA_ASYNC_DELAY_US="300000")
+
+    def slow(*args):
+        args = ["-f", path, "-x", 2, "-I", 0, "--json", *args]
+        return subprocess.run([GPUFILE, "bench", *map(str, args)], capture_output=True,
+                              text=True, timeout=60, env=env)
+    t = slow("-s", FILE_SIZE, "-i", MIB, "-w", 4, "-T", 1)
+    if check(t.returncode == 0, f"-T 1 with slow setup: rc {t.returncode}: {t.stderr}"):
+        m = result_lines(t.stdout)[0]
+        ops, done = int(m["ops"]), int(m["done"])
+        check(ops > 0 and float(m["gibps"]) > 0, f"-T 1 with slow setup moves data: {m[0]}")
+        check(done * 1024 == ops * MIB, f"-T 1 with slow setup: every IO counted: {m[0]}")
+        doc = json.loads([l for l in t.stdout.splitlines() if l.startswith("{")][0])
+        check(doc["total_time_s"] * 1e6 + 1 >= doc["max_latency_us"],
+              f"-T 1: the time runs until the last IO ended: {doc}")
+    one = slow("-s", MIB, "-i", MIB, "-w", 1)
+    if check(one.returncode == 0, f"one IO with slow setup: rc {one.returncode}: {one.stderr}"):
+        doc = json.loads([l for l in one.stdout.splitlines() if l.startswith("{")][0])
+        check(doc["ops"] == 1 and doc["total_time_s"] - doc["max_latency_us"] / 1e6 < 0.15,
+              f"one IO with slow setup: the time is the IO's, not the setup's: {doc}")
+
+
 def per_thread_files_and_json(tmp):
     w = bench("-D", tmp, "-s", 4 * MIB, "-i", MIB, "-w", THREADS, "-x", 6, "-I", 1, "--json")
     check(w.returncode == 0, f"-D write: {w.stderr}")
@@ -328,6 +357,7 @@ def main():
                 corruption_is_caught(path, xfer)
             stale_data_is_caught(path)
             slow_copies_still_land(path)
+            slow_setup_is_not_timed(path)
             per_thread_files_and_json(tmp)
             progress_line(path)
             sweeps(tmp)
