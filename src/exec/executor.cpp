@@ -1,11 +1,116 @@
 #include "exec/executor.hpp"
 
+#include <algorithm>
+#include <new>
+
 #include "core/align.hpp"
 #include "exec/worker.hpp"
 
 namespace gpufile::exec {
 
-Executor::Executor(const ExecutorConfig& cfg) : cfg_(cfg) {}
+// ---- the fork gate (see executor.hpp) -------------------------------------------------------------
+//
+// The window it closes, as it was hit (gdb on a hung child of tests/fault/test_fork.cpp, ASan
+// build): the test opens the driver (the executor starts its worker threads and returns) and
+// reads 9 MiB; on a loaded machine one or two workers move every chunk while another worker
+// thread has not yet been scheduled through its start-up. The read completes, the test forks,
+// and at that instant the late worker is inside libasan's thread start-up
+// (AsanThread::Init -> pthread_getattr_np -> free/calloc -> SizeClassAllocator64::
+// GetFromAllocator), holding the lock of one size class. The child inherits that lock held by a
+// thread it does not have; its new session's workers run the same start-up, take the same lock,
+// and hang, and the child's read with them. A worker in a malloc or free of its own (a deque
+// node, a batch completion deleting its Io) or ending (thread tear-down frees) opens the same
+// window. Hence: every worker parked at a safe point, none starting or ending, across fork().
+
+namespace {
+
+// Lock order: Runtime::mu_, then the gate's mu, then an executor's mu_.
+struct ForkGate {
+  std::mutex mu;
+  std::condition_variable cv;
+  std::vector<Executor*> executors;  // every executor alive
+};
+
+ForkGate& gate() {
+  static ForkGate* g = new ForkGate();  // never destroyed, like the Runtime
+  return *g;
+}
+
+// The executor whose worker this thread is, if any.
+thread_local const Executor* t_worker_of = nullptr;
+
+}  // namespace
+
+void park_workers_for_fork() {
+  ForkGate& g = gate();
+  std::unique_lock gl(g.mu);
+  Executor::fork_pending_.store(true, std::memory_order_seq_cst);
+  // Workers asleep for want of work wake up and park (under their executor's lock, so that no
+  // wake-up is lost between a worker's check of the flag and its sleep).
+  for (Executor* e : g.executors) {
+    { std::lock_guard lock(e->mu_); }
+    e->cv_.notify_all();
+  }
+  g.cv.wait(gl, [&] {
+    return std::all_of(g.executors.begin(), g.executors.end(),
+                       [](const Executor* e) { return e->quiet_for_fork(); });
+  });
+  // Held across fork(): no executor starts a thread or lets one end meanwhile.
+  gl.release();
+}
+
+void resume_workers_after_fork() {
+  ForkGate& g = gate();
+  Executor::fork_pending_.store(false, std::memory_order_seq_cst);
+  g.cv.notify_all();
+  g.mu.unlock();
+}
+
+void forget_workers_after_fork() {
+  // The child starts from a new gate, made in place without destroying the old one (and
+  // without allocating: another thread of the parent may have held the allocator's lock). The
+  // old lock is held across fork(), and the old condition variable still counts the parent's
+  // parked workers as waiters, which glibc's would wait for. The parent's executors, left out
+  // of the list here, stay as they are, never touched again (Runtime leaks their session).
+  // t_worker_of may still name one of them: no executor of the child can have its address.
+  new (&gate()) ForkGate();
+  Executor::fork_pending_.store(false, std::memory_order_seq_cst);
+}
+
+bool Executor::quiet_for_fork() const {
+  if (ending_) return false;  // threads in tear-down: wait until they are joined
+  // The calling thread may be one of this executor's workers (a fork from a completion
+  // callback): it is not parked, and need not be.
+  return parked_ + (t_worker_of == this ? 1u : 0u) >= alive_;
+}
+
+void Executor::park() {
+  ForkGate& g = gate();
+  std::unique_lock gl(g.mu);
+  ++parked_;
+  g.cv.notify_all();
+  g.cv.wait(gl, [] { return !fork_pending_.load(std::memory_order_seq_cst); });
+  --parked_;
+}
+
+void Executor::exit_point() {
+  ForkGate& g = gate();
+  std::unique_lock gl(g.mu);
+  ++parked_;
+  ++at_exit_;
+  g.cv.notify_all();
+  g.cv.wait(gl, [&] { return ending_; });
+  --parked_;
+  --at_exit_;
+}
+
+// ---- the executor ---------------------------------------------------------------------------------
+
+Executor::Executor(const ExecutorConfig& cfg) : cfg_(cfg) {
+  ForkGate& g = gate();
+  std::lock_guard gl(g.mu);
+  g.executors.push_back(this);
+}
 
 Executor::~Executor() {
   {
@@ -13,7 +118,25 @@ Executor::~Executor() {
     stopping_ = true;
   }
   cv_.notify_all();
+  ForkGate& g = gate();
+  {
+    // Every worker finishes its work and waits in exit_point (where a fork may still go on: it
+    // counts as parked); only then are they let go, and forks wait until they are joined.
+    std::unique_lock gl(g.mu);
+    g.cv.wait(gl, [&] { return at_exit_ == alive_; });
+    ending_ = true;
+    g.cv.notify_all();
+  }
   for (std::thread& t : threads_) t.join();
+  {
+    std::lock_guard gl(g.mu);
+    alive_ = 0;
+    ending_ = false;
+    // (A forked child's gate does not list its parent's executors.)
+    auto it = std::find(g.executors.begin(), g.executors.end(), this);
+    if (it != g.executors.end()) g.executors.erase(it);
+  }
+  g.cv.notify_all();
 }
 
 Error Executor::start() {
@@ -21,9 +144,9 @@ Error Executor::start() {
   // 12-16 workers through cuMemHostAlloc, 23-29 ms with the huge pages of cuda::alloc_pinned).
   // Tried and measured there (docs/performance.md): setting the workers up on parallel threads
   // did not shorten the open, and setting all but the first up in the background while IO
-  // already ran did not make a first 7.8 GB load any faster; it also let a fork() right after
-  // the open copy a lock held by a half-started worker into the child (tests/fault/test_fork.cpp
-  // hung under ASan). So: one after another.
+  // already ran did not make a first 7.8 GB load any faster. So: one after another. (The
+  // threads themselves still start in the background: a fork() right after the open waits in
+  // park_workers_for_fork() until each has started and parked.)
   for (unsigned i = 0; i < cfg_.workers; ++i) {
     auto w = std::make_unique<Worker>(*this, cfg_);
     std::string why;
@@ -34,7 +157,19 @@ Error Executor::start() {
     }
     workers_.push_back(std::move(w));
   }
-  for (auto& w : workers_) threads_.emplace_back([worker = w.get()] { worker->run(); });
+  ForkGate& g = gate();
+  for (auto& w : workers_) {
+    // Under the gate's lock, and not while a fork is under way: a thread is never created while
+    // fork() copies the process, and a fork waits for every thread created to park.
+    std::unique_lock gl(g.mu);
+    g.cv.wait(gl, [] { return !fork_pending_.load(std::memory_order_seq_cst); });
+    threads_.emplace_back([this, worker = w.get()] {
+      t_worker_of = this;
+      worker->run();
+      exit_point();
+    });
+    ++alive_;
+  }
   return Error::none();
 }
 
@@ -75,8 +210,10 @@ bool Executor::try_pop(Chunk* out) {
 
 bool Executor::wait_for_work() {
   std::unique_lock lock(mu_);
-  cv_.wait(lock, [&] { return stopping_ || !queue_.empty(); });
-  return !queue_.empty();
+  cv_.wait(lock, [&] {
+    return stopping_ || !queue_.empty() || fork_pending_.load(std::memory_order_relaxed);
+  });
+  return !queue_.empty() || !stopping_;
 }
 
 }  // namespace gpufile::exec

@@ -6,6 +6,7 @@
 // chunk i out of the slab before it and slab i-1 is recycled.
 #pragma once
 
+#include <atomic>
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
@@ -21,6 +22,29 @@
 namespace gpufile::exec {
 
 class Worker;
+
+// ---- fork() ----
+// fork() copies only the forking thread, with every lock as it was at that instant: a worker
+// that is inside malloc or free, or still starting up or ending (thread set-up and tear-down
+// allocate), leaves the allocator's lock held for ever in the child. glibc's malloc takes its
+// locks around fork(), but the sanitizers' allocators of GCC 12 (libasan.so.8) do not, and the
+// child's next malloc of that size class hangs (tests/fault/test_fork.cpp did, about one run in
+// six of scripts/test.sh: its child's new workers stuck in their start-up malloc). So Runtime's
+// atfork handlers stop every worker of every executor at a safe point first, where it holds no
+// lock and is in no library call:
+//   park_workers_for_fork()      returns once each worker is parked (or is the calling thread:
+//                                a fork from a completion callback) and no worker thread is
+//                                starting or ending. Workers park between two steps of their
+//                                loop, with IO possibly in flight in the kernel; they do not
+//                                wait for it, so a fork waits for one step, not for the device.
+//   resume_workers_after_fork()  in the parent: the workers go on where they stopped.
+//   forget_workers_after_fork()  in the child: the executors are left as they are (they have no
+//                                threads here; the Runtime leaks its session), and new ones
+//                                start from a clean slate.
+// The cost to the IO path is one atomic load per turn of a worker's loop.
+void park_workers_for_fork();
+void resume_workers_after_fork();
+void forget_workers_after_fork();
 
 struct Chunk {
   Job* job = nullptr;
@@ -54,10 +78,26 @@ class Executor {
 
   // Worker side.
   bool try_pop(Chunk* out);
-  // Blocks until there is work (true) or the executor stops with an empty queue (false).
+  // Blocks until there is work or a fork is pending (true), or the executor stops with an
+  // empty queue (false).
   bool wait_for_work();
+  // Called by a worker at the top of its loop, holding nothing: parks while a fork is pending.
+  void safe_point() {
+    if (fork_pending_.load(std::memory_order_acquire)) park();
+  }
+  // The worker's last call: waits there (parked) until the destructor lets it end.
+  void exit_point();
 
  private:
+  friend void park_workers_for_fork();
+  friend void resume_workers_after_fork();
+  friend void forget_workers_after_fork();
+  // Set while a fork is under way.
+  static inline std::atomic<bool> fork_pending_{false};
+  void park();
+  // Whether a fork may go on as far as this executor is concerned (the gate's lock held).
+  bool quiet_for_fork() const;
+
   ExecutorConfig cfg_;
   std::string engine_name_;
   std::string engine_note_;
@@ -67,6 +107,12 @@ class Executor {
   bool stopping_ = false;
   std::vector<std::unique_ptr<Worker>> workers_;
   std::vector<std::thread> threads_;
+
+  // Guarded by the fork gate's lock (executor.cpp).
+  unsigned alive_ = 0;     // worker threads created and not yet joined
+  unsigned parked_ = 0;    // of those, parked (in safe_point or exit_point)
+  unsigned at_exit_ = 0;   // of those, waiting in exit_point
+  bool ending_ = false;    // the destructor let them end and joins them: forks wait
 };
 
 }  // namespace gpufile::exec

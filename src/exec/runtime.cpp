@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <climits>
 #include <map>
+#include <new>
 #include <unordered_map>
 
 #include "core/align.hpp"
@@ -280,15 +281,30 @@ Runtime::Runtime() {
                  [] { instance().after_fork_in_child(); });
 }
 
-// The lock is held across fork() so the child gets it in a known state.
-void Runtime::before_fork() { mu_.lock(); }
-void Runtime::after_fork_in_parent() { mu_.unlock(); }
+// The lock is held across fork() so the child gets it in a known state (and no session opens
+// or closes meanwhile); then the IO workers park where they hold no lock (executor.hpp says
+// why: a worker inside the allocator at fork() time hung the child). IO in flight goes on
+// after the fork in the parent.
+void Runtime::before_fork() {
+  mu_.lock();
+  exec::park_workers_for_fork();
+}
+
+void Runtime::after_fork_in_parent() {
+  exec::resume_workers_after_fork();
+  mu_.unlock();
+}
 
 void Runtime::after_fork_in_child() {
+  exec::forget_workers_after_fork();
   if (session_) {
     // Its workers do not exist here and its locks may be held by threads that do not either:
-    // leak it rather than run its destructor.
-    new std::shared_ptr<Session>(std::move(session_));
+    // leak it rather than run its destructor. Into static storage, not the heap: nothing here
+    // may allocate (a user thread of the parent may have been inside malloc, and the sanitizer
+    // allocators do not reset their locks in a child). A later fork of this child overwrites
+    // the slot with its own session, leaking this one for good.
+    alignas(std::shared_ptr<Session>) static unsigned char leaked[sizeof(std::shared_ptr<Session>)];
+    new (leaked) std::shared_ptr<Session>(std::move(session_));
     use_count_ = 0;
   }
   mu_.unlock();

@@ -118,7 +118,9 @@ class Runtime {
   std::shared_ptr<Session> session() const;
   // fork(): the child inherits the session but none of its worker threads, so it would wait for
   // ever on the first IO. The child forgets the session (leaked, never touched again) and starts
-  // a new one at its next call.
+  // a new one at its next call. Around the fork the workers are parked (exec::
+  // park_workers_for_fork), so that none holds a lock, the allocator's included, that the child
+  // would inherit held.
   void before_fork();
   void after_fork_in_parent();
   void after_fork_in_child();

@@ -45,6 +45,9 @@ Error Worker::init(std::string* why) {
 
 void Worker::run() {
   for (;;) {
+    // Here the worker holds no lock and is in no call: where it parks while a fork is under way
+    // (executor.hpp). One atomic load per turn.
+    owner_.safe_point();
     bool progress = fill_free_slots();
     engine_->submit();
     progress |= reap(false) > 0;

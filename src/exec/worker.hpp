@@ -21,6 +21,7 @@ class Worker {
   // Allocates the slabs and the engine. `why` explains a fallback to the posix engine.
   Error init(std::string* why);
   const char* engine_name() const { return engine_->name(); }
+  // The worker's loop; returns when the executor stops and its queue is empty.
   void run();
 
  private:
