@@ -85,6 +85,9 @@ constexpr SizeKey kSizeKeys[] = {
      std::nullopt},
     {"gpufile.small_io_kb", "GPUFILE_SMALL_IO_KB", kNoParam, 0, 1048576, 1,
      GPUFILE_FIELD(small_io_threshold_kb), std::nullopt},
+    // A multiple of 4 KB: split points are O_DIRECT offsets.
+    {"gpufile.min_chunk_kb", "GPUFILE_MIN_CHUNK_KB", kNoParam, 4, 1048576, 4,
+     GPUFILE_FIELD(min_chunk_kb), std::nullopt},
 };
 #undef GPUFILE_FIELD
 

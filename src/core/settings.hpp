@@ -72,6 +72,7 @@ struct Settings {
   size_t slabs_per_worker = 2;     // GPUFILE_SLABS_PER_WORKER: k in the staging ring (measured: docs/performance.md)
   size_t ring_depth = 64;          // GPUFILE_RING_DEPTH: io_uring submission queue entries
   size_t small_io_threshold_kb = 64;  // GPUFILE_SMALL_IO_KB: at or below, IO runs inline
+  size_t min_chunk_kb = 256;       // GPUFILE_MIN_CHUNK_KB: smallest piece a request is split into
 };
 
 }  // namespace gpufile

@@ -182,7 +182,7 @@ void Executor::submit(Job* job) {
   // Chunks sit on a grid aligned to the file's DIO alignment, so that every chunk boundary
   // inside the request is aligned and a chunk's whole blocks still fit in one slab.
   const uint64_t grid = align_down(job->file_off, job->file.align.offset);
-  const uint64_t step = cfg_.slab_bytes;
+  const uint64_t step = chunk_step(job->len);
   const uint64_t first_end = grid + step;
   uint64_t n = 1;
   if (job->end() > first_end) n += (job->end() - first_end + step - 1) / step;
@@ -198,6 +198,18 @@ void Executor::submit(Job* job) {
   }
   if (n == 1) cv_.notify_one();
   else cv_.notify_all();
+}
+
+// A request large enough to give every worker a slab is cut into slabs. A smaller one is spread
+// over all workers in equal pieces, but none below min_chunk_bytes, where a piece's fixed costs
+// (a hand-off to a worker, a kernel submission, a copy launch and its event) outweigh what
+// another worker adds: one worker alone would read a 1 MiB call from the page cache, then copy it,
+// slower than the caller's own pread + copy (measured on the H100: docs/performance.md).
+uint64_t Executor::chunk_step(uint64_t len) const {
+  const uint64_t even = (len + cfg_.workers - 1) / cfg_.workers;
+  // Multiples of 4 KiB keep every cut on the grid of any DIO alignment staging supports.
+  const uint64_t step = align_up(std::max(even, cfg_.min_chunk_bytes), uint64_t{4096});
+  return std::min(step, cfg_.slab_bytes);
 }
 
 bool Executor::try_pop(Chunk* out) {

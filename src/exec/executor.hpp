@@ -56,6 +56,7 @@ struct ExecutorConfig {
   unsigned workers = 4;
   unsigned slabs_per_worker = 4;
   uint64_t slab_bytes = 4 << 20;
+  uint64_t min_chunk_bytes = 256 << 10;  // a request is cut no finer than this (a 4 KiB multiple)
   unsigned ring_depth = 64;
   EnginePolicy engine = EnginePolicy::automatic;
 };
@@ -71,6 +72,8 @@ class Executor {
   Error start();
   // Splits `job` into chunks and queues them. The job must stay alive until it completes.
   void submit(Job* job);
+  // The size of the pieces a request of `len` bytes is cut into.
+  uint64_t chunk_step(uint64_t len) const;
 
   const std::string& engine_name() const { return engine_name_; }
   // Why the engine is not io_uring, or empty.

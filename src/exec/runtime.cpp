@@ -71,38 +71,79 @@ void drop(std::atomic<int>& counter) {
   if (counter.fetch_sub(1, std::memory_order_acq_rel) == 1) counter.notify_all();
 }
 
-// Pinned buffers for small IO run inline on the caller's thread.
+// Pinned buffers for small IO run inline on the caller's thread, each with a CUDA stream of its
+// own for the copy. Synchronous copies on the legacy default stream run one after another
+// whatever thread issues them: 16 threads of 4 KiB reads got no more IOPS than 4 (H100,
+// docs/performance.md). The streams are blocking ones, so a copy still waits for work the caller
+// queued on the legacy stream before the call (a cuMemcpyHtoD from pageable memory may return
+// before its data has landed: without the wait, a small cuFileWrite right after one wrote the
+// old bytes on the H100), while copies of different threads no longer wait for each other.
 class SmallPool {
  public:
+  struct Buffer {
+    char* mem = nullptr;
+    cuda::CUcontext ctx = nullptr;  // the context `stream` was made in
+    cuda::CUstream stream = nullptr;
+  };
+
   ~SmallPool() {
-    for (char* b : free_) cuda::free_pinned(b, bytes_);
+    const cuda::Driver* d = cuda::driver();
+    for (Buffer& b : buffers_) {
+      if (b.stream != nullptr && d != nullptr) d->StreamDestroy(b.stream);
+      cuda::free_pinned(b.mem, bytes_);
+    }
   }
   void init(uint64_t bytes, unsigned count) {
     bytes_ = bytes;
+    buffers_.reserve(count);  // never reallocated: free_ points into it
     for (unsigned i = 0; i < count; ++i) {
       void* p = nullptr;
       if (cuda::alloc_pinned(bytes, &p)) break;
-      free_.push_back(static_cast<char*>(p));
+      buffers_.push_back(Buffer{static_cast<char*>(p)});
+      free_.push_back(&buffers_.back());
     }
   }
   uint64_t bytes() const { return bytes_; }
-  char* take() {
+  Buffer* take() {
     std::lock_guard lock(mu_);
     if (free_.empty()) return nullptr;
-    char* b = free_.back();
+    Buffer* b = free_.back();
     free_.pop_back();
     return b;
   }
-  void give(char* b) {
+  void give(Buffer* b) {
     std::lock_guard lock(mu_);
     free_.push_back(b);
   }
 
  private:
   std::mutex mu_;
-  std::vector<char*> free_;
+  std::vector<Buffer> buffers_;
+  std::vector<Buffer*> free_;
   uint64_t bytes_ = 0;
 };
+
+// Copies between a small buffer and the GPU on the buffer's stream (made at first use in `ctx`,
+// the current context) and waits for it. A buffer whose stream belongs to another context (IO
+// for several GPUs) copies synchronously instead.
+Error copy_small(SmallPool::Buffer& b, cuda::CUcontext ctx, bool to_device, cuda::CUdeviceptr dev,
+                 char* host, uint64_t n) {
+  const cuda::Driver* d = cuda::driver();
+  constexpr unsigned kBlockingStream = 0;  // CU_STREAM_DEFAULT: ordered after the legacy stream
+  if (b.stream == nullptr && d->StreamCreate(&b.stream, kBlockingStream) == cuda::CUDA_SUCCESS)
+    b.ctx = ctx;
+  cuda::CUresult r;
+  if (b.stream != nullptr && b.ctx == ctx) {
+    r = to_device ? d->MemcpyHtoDAsync(dev, host, n, b.stream)
+                  : d->MemcpyDtoHAsync(host, dev, n, b.stream);
+    // Waited for even after a failed launch: the buffer goes back to the pool next.
+    cuda::CUresult w = d->StreamSynchronize(b.stream);
+    if (r == cuda::CUDA_SUCCESS) r = w;
+  } else {
+    r = to_device ? d->MemcpyHtoD(dev, host, n) : d->MemcpyDtoH(host, dev, n);
+  }
+  return r == cuda::CUDA_SUCCESS ? Error::none() : Error::cu(r);
+}
 
 // The largest DIO alignment the staging grid supports; files demanding more use the page cache.
 constexpr uint32_t kMaxDioAlign = 4096;
@@ -155,6 +196,7 @@ exec::ExecutorConfig executor_config(const Settings& s) {
   c.workers = static_cast<unsigned>(s.workers ? s.workers : automatic_workers());
   c.slabs_per_worker = static_cast<unsigned>(std::max<size_t>(2, s.slabs_per_worker));
   c.slab_bytes = std::max<uint64_t>(kMaxDioAlign, align_up(s.slab_size_kb * 1024, kMaxDioAlign));
+  c.min_chunk_bytes = align_up(s.min_chunk_kb * 1024, kPageSize);
   c.ring_depth = static_cast<unsigned>(std::max<size_t>(8, s.ring_depth));
   c.engine = s.engine;
   return c;
@@ -561,18 +603,15 @@ namespace {
 // Small IO on the caller's thread: one kernel IO per segment and a synchronous copy.
 // Returns false when no small staging buffer was free (the caller then uses the executor).
 bool run_inline(Session& s, exec::Job& job, IoResult* out) {
-  char* staging = nullptr;
+  SmallPool::Buffer* staging = nullptr;
   if (job.staged() && (staging = s.small.take()) == nullptr) return false;
-  exec::ChunkPlan plan = exec::plan_chunk(job, job.file_off, job.len, staging);
+  exec::ChunkPlan plan = exec::plan_chunk(job, job.file_off, job.len, staging ? staging->mem : nullptr);
   const bool read = job.kind == sys::IoKind::read;
-  const cuda::Driver* d = cuda::driver();
   cuda::ScopedContext ctx(job.staged() ? job.mem.context : nullptr);
-  char* slab_data = staging ? staging + (job.file_off - plan.base) : nullptr;
+  char* slab_data = staging ? staging->mem + (job.file_off - plan.base) : nullptr;
   Error err;
-  if (job.staged() && !read) {
-    if (cuda::CUresult r = d->MemcpyDtoH(slab_data, job.addr, job.len); r != cuda::CUDA_SUCCESS)
-      err = Error::cu(r);
-  }
+  if (job.staged() && !read)
+    err = copy_small(*staging, job.mem.context, false, job.addr, slab_data, job.len);
   for (int k = 0; k < plan.count && err.ok(); ++k) {
     exec::Segment& seg = plan.seg[k];
     exec::SegmentNext next = exec::SegmentNext::again;
@@ -585,10 +624,8 @@ bool run_inline(Session& s, exec::Job& job, IoResult* out) {
   }
   uint64_t got = err ? 0 : exec::contiguous_bytes(plan, job.file_off, job.len);
   if (err.ok() && !read && got < job.len) err = Error::sys(EIO);
-  if (err.ok() && job.staged() && read && got > 0) {
-    if (cuda::CUresult r = d->MemcpyHtoD(job.addr, slab_data, got); r != cuda::CUDA_SUCCESS)
-      err = Error::cu(r);
-  }
+  if (err.ok() && job.staged() && read && got > 0)
+    err = copy_small(*staging, job.mem.context, true, job.addr, slab_data, got);
   if (staging) s.small.give(staging);
   *out = err ? IoResult{0, err} : IoResult{got, Error::none()};
   return true;

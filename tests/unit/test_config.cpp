@@ -102,7 +102,8 @@ constexpr const char* kCommentedJson = R"({
   "fs": { "generic": { "posix_unaligned_writes": false } },
   "miscellaneous": { "api_check_aggressive": true, "skip_topology_detection": true },
   "gpufile": { "engine": "posix", "direct_io": "never", "workers": 3, "slab_size_kb": 1024,
-               "slabs_per_worker": 8, "ring_depth": 128, "small_io_kb": 16 }
+               "slabs_per_worker": 8, "ring_depth": 128, "small_io_kb": 16,
+               "min_chunk_kb": 512 }
 })";
 
 TEST_F(ConfigTest, DefaultsWhenTheFileIsEmpty) {
@@ -150,6 +151,7 @@ TEST_F(ConfigTest, JsonWithCommentsSetsEveryKnownKey) {
   EXPECT_EQ(s.slabs_per_worker, 8u);
   EXPECT_EQ(s.ring_depth, 128u);
   EXPECT_EQ(s.small_io_threshold_kb, 16u);
+  EXPECT_EQ(s.min_chunk_kb, 512u);
 }
 
 TEST_F(ConfigTest, PartialFileKeepsDefaultsForMissingKeys) {
