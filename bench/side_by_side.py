@@ -525,6 +525,8 @@ class Run:
             self.say("no matplotlib: chart skipped")
             return
         rows = [r for r in self.rows if r["case"] == "sweep read, warm" and "gib_s" in r]
+        if not rows:
+            return  # this run had no sweep section
         fig, axes = plt.subplots(1, len(SWEEP_THREADS), figsize=(5 * len(SWEEP_THREADS), 4.2), sharey=True)
         for ax, n in zip(axes, SWEEP_THREADS):
             for loader in dict.fromkeys(r["loader"] for r in rows):
