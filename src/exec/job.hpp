@@ -5,6 +5,7 @@
 #include <atomic>
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <mutex>
 
 #include "core/error.hpp"
@@ -18,6 +19,8 @@ struct FileRef {
   int fd_buffered = -1;  // always valid
   int fd_direct = -1;    // opened with O_DIRECT, or -1 when the file refuses it
   sys::DioAlign align;
+  // Set for files in memory (tmpfs, ramfs): workers write them one at a time (Worker::issue).
+  std::shared_ptr<std::mutex> write_lock;
 };
 
 class Job {

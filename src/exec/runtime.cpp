@@ -246,7 +246,9 @@ bool memory_backed(int fd) {
 Error fill_file_ref(FileHandle& h, DirectIoPolicy policy) {
   exec::FileRef& r = h.ref;
   r.fd_buffered = h.user_fd;
-  if (policy == DirectIoPolicy::automatic && memory_backed(h.user_fd)) policy = DirectIoPolicy::never;
+  const bool in_memory = memory_backed(h.user_fd);
+  if (in_memory) r.write_lock = std::make_shared<std::mutex>();
+  if (policy == DirectIoPolicy::automatic && in_memory) policy = DirectIoPolicy::never;
   if (h.user_direct) {
     int fd = reopen(h.user_fd, h.access);
     if (fd >= 0) r.fd_buffered = h.own_buffered = fd;

@@ -47,6 +47,8 @@ class Worker {
   bool fill_free_slots();
   void start(unsigned i, const Chunk& c);
   void issue(unsigned i, int seg);
+  // A write to a file in memory, synchronously and one worker at a time (worker.cpp says why).
+  void write_in_turn(const io::Op& op);
   void issue_all(unsigned i);
   unsigned reap(bool wait);
   void on_io(uint64_t tag, int res);
