@@ -98,9 +98,13 @@ def worker_libcufile(spec):
     class Err(ctypes.Structure):
         _fields_ = [("err", ctypes.c_int), ("cu_err", ctypes.c_int)]
 
-    class Descr(ctypes.Structure):  # CUfileDescr_t: type, handle union (fd), fs_ops
-        _fields_ = [("type", ctypes.c_int), ("fd", ctypes.c_int), ("pad", ctypes.c_byte * 4),
-                    ("fs_ops", ctypes.c_void_p)]
+    class Handle(ctypes.Union):
+        _fields_ = [("fd", ctypes.c_int), ("handle", ctypes.c_void_p)]
+
+    class Descr(ctypes.Structure):  # CUfileDescr_t (24 bytes): type @0, handle @8, fs_ops @16
+        _fields_ = [("type", ctypes.c_int), ("handle", Handle), ("fs_ops", ctypes.c_void_p)]
+
+    assert ctypes.sizeof(Descr) == 24 and Descr.handle.offset == 8
 
     for name in ("cuFileDriverOpen", "cuFileHandleRegister"):
         getattr(lib, name).restype = Err
@@ -113,7 +117,8 @@ def worker_libcufile(spec):
     target = path + ".out" if write else path
     flags = (os.O_WRONLY | os.O_CREAT | os.O_TRUNC if write else os.O_RDONLY) | os.O_DIRECT
     fd = os.open(target, flags, 0o644)
-    d = Descr(type=1, fd=fd)  # CU_FILE_HANDLE_TYPE_OPAQUE_FD
+    d = Descr(type=1)  # CU_FILE_HANDLE_TYPE_OPAQUE_FD
+    d.handle.fd = fd
     handle = ctypes.c_void_p()
     e = lib.cuFileHandleRegister(ctypes.byref(handle), ctypes.byref(d))
     if e.err != 0:
