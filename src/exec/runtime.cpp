@@ -73,8 +73,8 @@ void drop(std::atomic<int>& counter) {
 
 // Pinned buffers for small IO run inline on the caller's thread, each with a CUDA stream of its
 // own for the copy. Synchronous copies on the legacy default stream run one after another
-// whatever thread issues them: 16 threads of 4 KiB reads got no more IOPS than 4 (H100,
-// docs/performance.md). The streams are blocking ones, so a copy still waits for work the caller
+// whatever thread issues them: a pread + cuMemcpyHtoD loop of 4 KiB reads got no more IOPS from
+// 16 threads than from one (H100, docs/performance.md). The streams are blocking ones, so a copy still waits for work the caller
 // queued on the legacy stream before the call (a cuMemcpyHtoD from pageable memory may return
 // before its data has landed: without the wait, a small cuFileWrite right after one wrote the
 // old bytes on the H100), while copies of different threads no longer wait for each other.
@@ -602,15 +602,16 @@ Error Runtime::prepare(sys::IoKind kind, void* handle, const void* base, uint64_
 
 namespace {
 
-// Small IO on the caller's thread: one kernel IO per segment and a synchronous copy.
+// Small IO on the caller's thread: one kernel IO per segment and a copy waited for.
 // Returns false when no small staging buffer was free (the caller then uses the executor).
 bool run_inline(Session& s, exec::Job& job, IoResult* out) {
   SmallPool::Buffer* staging = nullptr;
   if (job.staged() && (staging = s.small.take()) == nullptr) return false;
-  exec::ChunkPlan plan = exec::plan_chunk(job, job.file_off, job.len, staging ? staging->mem : nullptr);
+  char* staging_mem = staging ? staging->mem : nullptr;
+  exec::ChunkPlan plan = exec::plan_chunk(job, job.file_off, job.len, staging_mem);
   const bool read = job.kind == sys::IoKind::read;
   cuda::ScopedContext ctx(job.staged() ? job.mem.context : nullptr);
-  char* slab_data = staging ? staging->mem + (job.file_off - plan.base) : nullptr;
+  char* slab_data = staging ? staging_mem + (job.file_off - plan.base) : nullptr;
   Error err;
   if (job.staged() && !read)
     err = copy_small(*staging, job.mem.context, false, job.addr, slab_data, job.len);
