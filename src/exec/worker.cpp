@@ -63,16 +63,19 @@ void Worker::run() {
   }
 }
 
+// One new chunk per turn of the loop: a page-cache read completes inside the submit that
+// follows (io_uring copies it there), so a worker taking two chunks at once would copy them one
+// after the other while another woken worker finds the queue empty. The next turn, right after
+// the submit, takes the next one.
 bool Worker::fill_free_slots() {
-  bool any = false;
   for (unsigned i = 0; i < slots_.size(); ++i) {
     if (slots_[i].stage != Stage::free) continue;
     Chunk c;
-    if (!owner_.try_pop(&c)) break;
+    if (!owner_.try_pop(&c)) return false;
     start(i, c);
-    any = true;
+    return true;
   }
-  return any;
+  return false;
 }
 
 void Worker::start(unsigned i, const Chunk& c) {
