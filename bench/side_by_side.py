@@ -455,9 +455,6 @@ class Run:
         self.write_case("ext4 write + fsync", self.ext4, "file write + fsync, ext4")
         self.write_case("/dev/shm write", self.shm, "file write + fsync, /dev/shm")
 
-    def loop_row(self, case, loader, res, io, threads):
-        return self.add(case, loader, res, io=io, threads=threads)
-
     def per_io_section(self, random_io):
         sizes, counts = (RANDOM_IO, RANDOM_THREADS) if random_io else (SWEEP_IO, SWEEP_THREADS)
         secs = self.args.seconds
@@ -469,16 +466,16 @@ class Run:
             for n in counts:
                 base = ["-f", self.ext4, "-s", f"{self.args.size_gib}G", "-i", human(io),
                         "-w", str(n), "-I", io_type, "-T", str(secs)]
-                self.loop_row(case, "gpufile bench -x 0 (cuFile API)",
-                              self.gpufile_bench(base + ["-x", "0"]), io, n)
-                self.loop_row(case, "naive: gpufile bench -x 2 -O 1",
-                              self.gpufile_bench(base + ["-x", "2", "-O", "1"]), io, n)
+                self.add(case, "gpufile bench -x 0 (cuFile API)",
+                         self.gpufile_bench(base + ["-x", "0"]), io=io, threads=n)
+                self.add(case, "naive: gpufile bench -x 2 -O 1",
+                         self.gpufile_bench(base + ["-x", "2", "-O", "1"]), io=io, threads=n)
                 for lib, env in (("gpufile", {}), ("kvikio", {"KVIKIO_COMPAT_MODE": "ON",
                                                              "KVIKIO_NTHREADS": str(n)})):
                     spec = {"kind": "loop", "lib": lib, "path": self.ext4, "io": io, "threads": n,
                             "seconds": secs, "random": random_io}
                     name = "KvikIO (Python loop)" if lib == "kvikio" else "gpufile (Python loop)"
-                    self.loop_row(case, name, self.worker(spec, env), io, n)
+                    self.add(case, name, self.worker(spec, env), io=io, threads=n)
 
     # ---- report -----------------------------------------------------------------------------
 

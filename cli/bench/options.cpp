@@ -109,32 +109,34 @@ bool parse_xfer(const char* text, Xfer* out) {
   return true;
 }
 
-// "4K,64K,1M": every item a size > 0.
-bool parse_size_list(const char* text, std::vector<uint64_t>* out) {
+// A comma list, each item parsed by `one` (false on an item it refuses); false on any bad item.
+template <typename T, typename ParseOne>
+bool parse_list(const char* text, std::vector<T>* out, ParseOne one) {
   out->clear();
   std::string list = text;
   for (size_t from = 0; from <= list.size();) {
     size_t comma = std::min(list.find(',', from), list.size());
-    unsigned long long v = 0;
-    if (!parse_size(list.substr(from, comma - from).c_str(), &v) || v == 0) return false;
+    T v{};
+    if (!one(list.substr(from, comma - from).c_str(), &v)) return false;
     out->push_back(v);
     from = comma + 1;
   }
   return true;
 }
 
+// "4K,64K,1M": every item a size > 0.
+bool parse_size_list(const char* text, std::vector<uint64_t>* out) {
+  return parse_list(text, out, [](const char* item, uint64_t* v) {
+    unsigned long long n = 0;
+    if (!parse_size(item, &n) || n == 0) return false;
+    *v = n;
+    return true;
+  });
+}
+
 // "1,4,16": every item a thread count as -w takes it.
 bool parse_count_list(const char* text, std::vector<int>* out) {
-  out->clear();
-  std::string list = text;
-  for (size_t from = 0; from <= list.size();) {
-    size_t comma = std::min(list.find(',', from), list.size());
-    int v = 0;
-    if (!parse_int(list.substr(from, comma - from).c_str(), 1, 4096, &v)) return false;
-    out->push_back(v);
-    from = comma + 1;
-  }
-  return true;
+  return parse_list(text, out, [](const char* item, int* v) { return parse_int(item, 1, 4096, v); });
 }
 
 bool parse_byte_size(const char* flag, const char* text, uint64_t* out) {

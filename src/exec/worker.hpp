@@ -2,6 +2,7 @@
 #pragma once
 
 #include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -48,7 +49,7 @@ class Worker {
   void start(unsigned i, const Chunk& c);
   void issue(unsigned i, int seg);
   // A write to a file in memory, synchronously and one worker at a time (worker.cpp says why).
-  void write_in_turn(const io::Op& op);
+  void write_in_turn(const io::Op& op, std::mutex& turn);
   void issue_all(unsigned i);
   unsigned reap(bool wait);
   void on_io(uint64_t tag, int res);
