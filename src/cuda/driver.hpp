@@ -88,6 +88,8 @@ struct CUuuid { char bytes[16]; };
   X(StreamCreate, "cuStreamCreate", CUresult, (CUstream*, unsigned flags))                        \
   X(StreamDestroy, "cuStreamDestroy_v2", CUresult, (CUstream))                                    \
   X(StreamSynchronize, "cuStreamSynchronize", CUresult, (CUstream))                               \
+  X(StreamQuery, "cuStreamQuery", CUresult, (CUstream))                                           \
+  X(StreamWaitEvent, "cuStreamWaitEvent", CUresult, (CUstream, CUevent, unsigned flags))          \
   X(EventCreate, "cuEventCreate", CUresult, (CUevent*, unsigned flags))                           \
   X(EventDestroy, "cuEventDestroy_v2", CUresult, (CUevent))                                       \
   X(EventRecord, "cuEventRecord", CUresult, (CUevent, CUstream))                                  \

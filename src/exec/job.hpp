@@ -35,6 +35,9 @@ class Job {
   uint64_t len = 0;
   bool direct = false;        // aligned body through O_DIRECT
   uint64_t file_size = 0;     // size when the IO was admitted (host reads stop O_DIRECT there)
+  // Work the caller queued on the legacy default stream before the call, which the job's
+  // copies wait for (Runtime::run records it), or null.
+  cuda::CUevent after = nullptr;
 
   // Called once, on the thread that finishes the last chunk, after which the caller's memory
   // is no longer touched. Without a callback, wait() and done() tell completion instead.

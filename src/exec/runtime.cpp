@@ -34,6 +34,12 @@ struct FileHandle {
   int own_direct = -1;
   exec::FileRef ref;
   std::atomic<int> inflight{0};
+  // The page-cache guess for small reads (guess_cached, run_inline). True after cachestat last
+  // found a read's range all cached: small reads then skip cachestat and read with RWF_NOWAIT,
+  // and the first one that finds bytes missing sets it false again. Written only when it
+  // changes, so callers on many threads do not bounce its cache line.
+  std::atomic<bool> looks_cached{false};
+  std::atomic<bool> no_cached_reads{false};  // the file system refused RWF_NOWAIT
 
   ~FileHandle() {
     if (own_buffered >= 0) sys::os().close(own_buffered);
@@ -44,6 +50,9 @@ struct FileHandle {
 struct BufferRegistration {
   uint64_t base = 0;
   uint64_t length = 0;
+  // What the driver said the memory is when it was registered: the caller promises it stays
+  // allocated until deregistered, so IO on it need not ask again (one driver call per IO).
+  cuda::MemInfo mem;
   std::atomic<int> inflight{0};
 };
 
@@ -291,8 +300,12 @@ Error check_fd(int fd, struct stat* st, int* flags) {
   return Error::none();
 }
 
+void set_if_changed(std::atomic<bool>& flag, bool value) {
+  if (flag.load(std::memory_order_relaxed) != value) flag.store(value, std::memory_order_relaxed);
+}
+
 // Whether the aligned body of this IO should bypass the page cache.
-bool choose_direct(const Settings& s, const FileHandle& h, sys::IoKind kind, uint64_t off,
+bool choose_direct(const Settings& s, FileHandle& h, sys::IoKind kind, uint64_t off,
                    uint64_t len) {
   if (h.ref.fd_direct < 0) return false;
   switch (s.direct_io) {
@@ -303,10 +316,23 @@ bool choose_direct(const Settings& s, const FileHandle& h, sys::IoKind kind, uin
   if (s.force_odirect_mode) return true;
   // Data already in the page cache is served from there: O_DIRECT would read the disk again.
   sys::Residency r;
-  if (kind == sys::IoKind::read && sys::os().cachestat(h.ref.fd_buffered, off, len, &r) == 0)
+  if (kind == sys::IoKind::read && sys::os().cachestat(h.ref.fd_buffered, off, len, &r) == 0) {
+    set_if_changed(h.looks_cached, r.cached_pages >= r.total_pages);
     return r.cached_pages * 2 < r.total_pages;
+  }
   // Writes, or a kernel without cachestat: follow the way the caller opened the file.
   return h.user_direct || kind == sys::IoKind::write;
+}
+
+// A small read may skip cachestat (on the 4 KiB path it costs about half of a cached pread)
+// and go to the page cache when the last check found this file's reads cached: run_inline then
+// reads with RWF_NOWAIT, so a wrong guess never waits for the disk on the page cache's behalf.
+// Only where choose_direct would have asked cachestat: the other policies decide without it.
+bool guess_cached(const Settings& s, const FileHandle& h, sys::IoKind kind) {
+  return kind == sys::IoKind::read && h.ref.fd_direct >= 0 &&
+         s.direct_io == DirectIoPolicy::automatic && !s.force_odirect_mode &&
+         h.looks_cached.load(std::memory_order_relaxed) &&
+         !h.no_cached_reads.load(std::memory_order_relaxed);
 }
 
 }  // namespace
@@ -517,6 +543,7 @@ Error Runtime::register_buffer(const void* base, size_t length) {
   auto reg = std::make_shared<BufferRegistration>();
   reg->base = b;
   reg->length = length;
+  reg->mem = mem;
   std::lock_guard lock(s->buffers_mu);
   if (!s->buffers.emplace(b, std::move(reg)).second)
     return Error::of(Errc::buffer_already_registered);
@@ -537,13 +564,15 @@ Error Runtime::deregister_buffer(const void* base) {
 Error Runtime::prepare(sys::IoKind kind, void* handle, const void* base, uint64_t size,
                        int64_t file_offset, int64_t buffer_offset, std::unique_ptr<Io>* out,
                        const cuda::MemInfo* base_mem) {
-  // With base_mem the caller may be a thread that must not call CUDA: never open implicitly.
-  if (base_mem == nullptr)
-    if (Error e = ensure_open()) return e;
   auto io = std::make_unique<Io>();
   std::shared_ptr<Session> s;
   {
     std::lock_guard lock(mu_);
+    // With base_mem the caller may be a thread that must not call CUDA: never open implicitly.
+    if (!session_ && base_mem == nullptr) {
+      if (Error e = open_locked()) return e;
+      ++use_count_;
+    }
     if (!session_) return Error::of(Errc::driver_not_open);
     s = session_;
     s->inflight.fetch_add(1, std::memory_order_relaxed);
@@ -557,7 +586,7 @@ Error Runtime::prepare(sys::IoKind kind, void* handle, const void* base, uint64_
     io->file_ = it->second;
     io->file_->inflight.fetch_add(1, std::memory_order_relaxed);
   }
-  const FileHandle& f = *io->file_;
+  FileHandle& f = *io->file_;
   if (file_offset < 0 || base == nullptr || size > static_cast<uint64_t>(SSIZE_MAX) ||
       size > static_cast<uint64_t>(INT64_MAX - file_offset))
     return Error::of(Errc::invalid_argument);
@@ -580,6 +609,7 @@ Error Runtime::prepare(sys::IoKind kind, void* handle, const void* base, uint64_
       io->buffer_->inflight.fetch_add(1, std::memory_order_relaxed);
     }
   }
+  if (base_mem == nullptr && io->buffer_) base_mem = &io->buffer_->mem;
   exec::Job& job = io->job;
   job.kind = kind;
   job.file = f.ref;
@@ -594,17 +624,33 @@ Error Runtime::prepare(sys::IoKind kind, void* handle, const void* base, uint64_
     return Error::of(Errc::pointer_range);
   if (job.mem.kind == cuda::MemKind::host_pageable && !s->settings.allow_system_memory)
     return Error::of(Errc::memory_type_invalid);
-  job.direct = choose_direct(s->settings, f, kind, job.file_off, size);
   io->inline_ = size <= s->settings.small_io_threshold_kb * 1024;
+  io->read_cached_first_ = io->inline_ && guess_cached(s->settings, f, kind);
+  job.direct = !io->read_cached_first_ && choose_direct(s->settings, f, kind, job.file_off, size);
   *out = std::move(io);
   return Error::none();
 }
 
 namespace {
 
+// The first kernel read of a segment whose bytes guess_cached() believed cached: takes only what
+// the page cache holds. Anything less clears the file's guess (the next small read asks
+// cachestat again); the caller reads the rest as usual, which waits for the disk. A short read
+// at end of file is no miss.
+ssize_t first_read_from_cache(FileHandle& f, const exec::Job& job, const exec::Segment& seg) {
+  ssize_t r = sys::os().pread_cached(seg.fd, seg.mem, seg.len, seg.file_off);
+  if (r == -EOPNOTSUPP) set_if_changed(f.no_cached_reads, true);
+  const bool all = r >= 0 && (static_cast<uint64_t>(r) == seg.len ||
+                              seg.file_off + static_cast<uint64_t>(r) >= job.file_size);
+  if (!all) set_if_changed(f.looks_cached, false);
+  // Nothing cached is not an error here: the caller goes on with a read that waits.
+  return r == -EAGAIN || r == -EOPNOTSUPP ? -EAGAIN : r;
+}
+
 // Small IO on the caller's thread: one kernel IO per segment and a copy waited for.
+// `guessed`, when set, is the file whose small reads guess_cached() believed cached.
 // Returns false when no small staging buffer was free (the caller then uses the executor).
-bool run_inline(Session& s, exec::Job& job, IoResult* out) {
+bool run_inline(Session& s, exec::Job& job, FileHandle* guessed, IoResult* out) {
   SmallPool::Buffer* staging = nullptr;
   if (job.staged() && (staging = s.small.take()) == nullptr) return false;
   char* staging_mem = staging ? staging->mem : nullptr;
@@ -618,6 +664,10 @@ bool run_inline(Session& s, exec::Job& job, IoResult* out) {
   for (int k = 0; k < plan.count && err.ok(); ++k) {
     exec::Segment& seg = plan.seg[k];
     exec::SegmentNext next = exec::SegmentNext::again;
+    if (guessed != nullptr) {
+      ssize_t r = first_read_from_cache(*guessed, job, seg);
+      if (r != -EAGAIN) next = exec::apply_result(job, seg, static_cast<int>(r), &err);
+    }
     while (next == exec::SegmentNext::again) {
       uint64_t n = seg.len - seg.done, at = seg.file_off + seg.done;
       ssize_t r = read ? sys::os().pread(seg.fd, seg.mem + seg.done, n, at)
@@ -652,6 +702,40 @@ void record(const Io& io, const IoResult& r, bool ran_inline) {
   stats::record_path(op, path_of(io, ran_inline), r.bytes);
 }
 
+// A synchronous call on GPU memory comes after the work its caller queued on the legacy default
+// stream, as cudaMemcpy does: a cuMemsetD8, or a cuMemcpyHtoD from pageable memory, may return
+// before its bytes land, and a cuFileWrite of that memory right after must write the new bytes
+// (and a cuFileRead's bytes must not be overwritten by it). Small IO gets this from its blocking
+// streams. The workers' streams cannot be blocking ones (a stream op queued on the legacy stream
+// waits for them: neither could go first), so when the legacy stream has work pending, an event
+// recorded behind it is what every copy of the job waits for.
+class LegacyStreamFence {
+ public:
+  explicit LegacyStreamFence(exec::Job& job) : job_(job) {
+    const cuda::Driver* d = cuda::driver();
+    if (!job.staged() || d == nullptr) return;
+    cuda::ScopedContext ctx(job.mem.context);
+    if (d->StreamQuery(nullptr) != cuda::CUDA_ERROR_NOT_READY) return;  // idle (or broken)
+    if (d->EventCreate(&event_, cuda::CU_EVENT_DISABLE_TIMING) == cuda::CUDA_SUCCESS &&
+        d->EventRecord(event_, nullptr) == cuda::CUDA_SUCCESS) {
+      job.after = event_;
+      return;
+    }
+    // No event: wait here instead, which orders the same way.
+    d->StreamSynchronize(nullptr);
+  }
+  ~LegacyStreamFence() {
+    job_.after = nullptr;
+    if (event_ != nullptr) cuda::driver()->EventDestroy(event_);
+  }
+  LegacyStreamFence(const LegacyStreamFence&) = delete;
+  LegacyStreamFence& operator=(const LegacyStreamFence&) = delete;
+
+ private:
+  exec::Job& job_;
+  cuda::CUevent event_ = nullptr;
+};
+
 }  // namespace
 
 void Runtime::account(const Io& io, const IoResult& r) { record(io, r, false); }
@@ -667,7 +751,7 @@ void Runtime::count_call(sys::IoKind kind, const IoResult& r,
 IoResult Runtime::run_on_this_thread(Io& io) {
   if (io.job.staged()) return {0, Error::of(Errc::internal)};
   IoResult r;
-  if (io.job.len > 0) run_inline(*io.session_, io.job, &r);
+  if (io.job.len > 0) run_inline(*io.session_, io.job, io.guessed_file(), &r);
   record(io, r, true);
   return r;
 }
@@ -675,10 +759,11 @@ IoResult Runtime::run_on_this_thread(Io& io) {
 IoResult Runtime::run(Io& io) {
   if (io.job.len == 0) return {};
   IoResult r;
-  if (io.inline_ && run_inline(*io.session_, io.job, &r)) {
+  if (io.inline_ && run_inline(*io.session_, io.job, io.guessed_file(), &r)) {
     record(io, r, true);
     return r;
   }
+  LegacyStreamFence fence(io.job);  // until the job is done: its copies may still wait on it
   io.session_->exec->submit(&io.job);
   io.job.wait();
   r = io.job.result();

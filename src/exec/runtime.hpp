@@ -39,6 +39,8 @@ class Io {
   std::shared_ptr<FileHandle> file_;
   std::shared_ptr<BufferRegistration> buffer_;
   bool inline_ = false;
+  bool read_cached_first_ = false;  // small read guessed cached: run_inline tries RWF_NOWAIT
+  FileHandle* guessed_file() const { return read_cached_first_ ? file_.get() : nullptr; }
 };
 
 class Runtime {

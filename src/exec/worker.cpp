@@ -193,7 +193,8 @@ Worker::ContextRes* Worker::context_res(cuda::CUcontext ctx, Error* err) {
   ContextRes res;
   res.ctx = ctx;
   // Non-blocking: a stream op of cuFileReadAsync on the legacy default stream waits for this
-  // worker's copies, so the worker's copies must never wait for the legacy stream.
+  // worker's copies, so they must not wait for the legacy stream as a whole. A synchronous
+  // call's copies wait for what was queued there before the call (Job::after) instead.
   cuda::CUresult r = d->StreamCreate(&res.stream, cuda::CU_STREAM_NON_BLOCKING);
   for (size_t k = 0; r == cuda::CUDA_SUCCESS && k < slots_.size(); ++k) {
     cuda::CUevent e = nullptr;
@@ -219,6 +220,9 @@ Error Worker::start_copy(unsigned i, bool to_device, uint64_t bytes) {
   const cuda::Driver* d = cuda::driver();
   char* host = s.slab + (s.chunk.off - s.plan.base);
   cuda::CUdeviceptr dev = job.addr + (s.chunk.off - job.file_off);
+  if (job.after != nullptr)
+    if (cuda::CUresult r = d->StreamWaitEvent(res->stream, job.after, 0); r != cuda::CUDA_SUCCESS)
+      return Error::cu(r);
   cuda::CUresult r = to_device ? d->MemcpyHtoDAsync(dev, host, bytes, res->stream)
                                : d->MemcpyDtoHAsync(host, dev, bytes, res->stream);
   if (r == cuda::CUDA_SUCCESS) r = d->EventRecord(res->events[i], res->stream);

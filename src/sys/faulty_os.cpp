@@ -17,13 +17,16 @@ constexpr size_t kJournalMax = 200;  // lines kept; a persistent rule can fire t
 const char* op_name(FaultOp op) {
   static const char* names[] = {"open",       "pread",       "pwrite",    "fstat",
                                 "uring_init", "uring_read",  "uring_write", "cachestat",
-                                "dio_align",  "any_read",    "any_write"};
+                                "dio_align",  "any_read",    "any_write", "pread_cached"};
   return names[static_cast<int>(op)];
 }
 
 bool covers(FaultOp rule_op, FaultOp op) {
   if (rule_op == op) return true;
-  if (rule_op == FaultOp::any_read) return op == FaultOp::pread || op == FaultOp::uring_read;
+  // A read from the page cache only is a pread to every rule that does not single it out.
+  if (rule_op == FaultOp::pread) return op == FaultOp::pread_cached;
+  if (rule_op == FaultOp::any_read)
+    return op == FaultOp::pread || op == FaultOp::pread_cached || op == FaultOp::uring_read;
   if (rule_op == FaultOp::any_write) return op == FaultOp::pwrite || op == FaultOp::uring_write;
   return false;
 }
@@ -165,11 +168,20 @@ int FaultyOs::open(const char* path, int flags, mode_t mode) {
 // there the whole transfer runs and the result is clamped. The caller then moves the "missing"
 // bytes again, which rewrites or rereads the same bytes: harmless.
 ssize_t FaultyOs::pread(int fd, void* buf, size_t len, uint64_t off) {
-  Verdict v = decide(FaultOp::pread, fd, nullptr, 0, off, len);
+  return faulted_read(fd, buf, len, off, false);
+}
+
+ssize_t FaultyOs::pread_cached(int fd, void* buf, size_t len, uint64_t off) {
+  return faulted_read(fd, buf, len, off, true);
+}
+
+ssize_t FaultyOs::faulted_read(int fd, void* buf, size_t len, uint64_t off, bool cached_only) {
+  const FaultOp op = cached_only ? FaultOp::pread_cached : FaultOp::pread;
+  Verdict v = decide(op, fd, nullptr, 0, off, len);
   if (v.err) return -v.err;
   const bool clamp = v.limit < len && is_direct_fd(fd);
   const size_t n = clamp ? len : static_cast<size_t>(std::min<uint64_t>(len, v.limit));
-  ssize_t r = Os::pread(fd, buf, n, off);
+  ssize_t r = cached_only ? Os::pread_cached(fd, buf, n, off) : Os::pread(fd, buf, n, off);
   if (clamp && r > static_cast<ssize_t>(v.limit)) r = static_cast<ssize_t>(v.limit);
   if (v.corrupt && r > 0) static_cast<unsigned char*>(buf)[v.corrupt_at % r] ^= 0xff;
   return r;

@@ -42,6 +42,7 @@ enum class FaultOp : int {
   dio_align,
   any_read,     // pread or uring_read: every kernel read, whichever engine issued it
   any_write,    // pwrite or uring_write
+  pread_cached, // Os::pread_cached alone; `pread` and `any_read` rules cover it too
 };
 
 enum class FaultAction : int {
@@ -88,6 +89,8 @@ class FaultyOs : public Os {
 
   int open(const char* path, int flags, mode_t mode) override;
   ssize_t pread(int fd, void* buf, size_t len, uint64_t off) override;
+  // Faulted by `pread` rules too: to most tests it is one more kernel read.
+  ssize_t pread_cached(int fd, void* buf, size_t len, uint64_t off) override;
   ssize_t pwrite(int fd, const void* buf, size_t len, uint64_t off) override;
   int fstat(int fd, struct stat* st) override;
   int dio_align(int fd, DioAlign* out) override;
@@ -115,6 +118,7 @@ class FaultyOs : public Os {
   Verdict decide(FaultOp op, int fd, const char* path, int open_flags, uint64_t off,
                  uint64_t len);
   bool matches(const FaultRule& r, FaultOp op, int fd, const char* path, int open_flags) const;
+  ssize_t faulted_read(int fd, void* buf, size_t len, uint64_t off, bool cached_only);
   double uniform(size_t rule, uint64_t call) const;
 
   const uint64_t seed_;

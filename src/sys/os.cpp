@@ -3,6 +3,7 @@
 #include <fcntl.h>
 #include <liburing.h>
 #include <sys/syscall.h>
+#include <sys/uio.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -35,6 +36,13 @@ int Os::close(int fd) { return neg_errno_or(::close(fd)); }
 
 ssize_t Os::pread(int fd, void* buf, size_t len, uint64_t off) {
   ssize_t r = restart_on_eintr([&] { return ::pread(fd, buf, len, static_cast<off_t>(off)); });
+  return r < 0 ? -errno : r;
+}
+
+ssize_t Os::pread_cached(int fd, void* buf, size_t len, uint64_t off) {
+  iovec v{buf, len};
+  ssize_t r = restart_on_eintr(
+      [&] { return ::preadv2(fd, &v, 1, static_cast<off_t>(off), RWF_NOWAIT); });
   return r < 0 ? -errno : r;
 }
 

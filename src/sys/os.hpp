@@ -38,6 +38,10 @@ class Os {
   virtual int close(int fd);
   virtual ssize_t pread(int fd, void* buf, size_t len, uint64_t off);
   virtual ssize_t pwrite(int fd, const void* buf, size_t len, uint64_t off);
+  // A read that takes only what the page cache already holds and never waits for the disk
+  // (preadv2 with RWF_NOWAIT): fewer bytes than asked, or -EAGAIN when none of them is cached.
+  // -EOPNOTSUPP where the file system cannot do it. The kernel may still start readahead.
+  virtual ssize_t pread_cached(int fd, void* buf, size_t len, uint64_t off);
   virtual int fstat(int fd, struct stat* st);
   virtual int get_flags(int fd);  // fcntl(F_GETFL)
   // 0 and fills `out` when the kernel reports DIO alignment; -EOPNOTSUPP when it can't say.

@@ -1,0 +1,109 @@
+// The page-cache guess for small reads (src/exec/runtime.cpp: guess_cached, run_inline). Once
+// cachestat found a file's reads cached, small reads skip cachestat and read with RWF_NOWAIT
+// (Os::pread_cached); the first one that finds bytes missing drops the guess. What must hold:
+// every byte read is right whatever the guess, a wrong guess is dropped at once, a fault on
+// the guessed read is reported like any read fault, and a cached file stops paying cachestat.
+//
+// Method: FaultyOs rules with probability 0 count the calls without faulting them; pages are
+// dropped with fdatasync + POSIX_FADV_DONTNEED and the drop is checked with cachestat.
+#include <fcntl.h>
+
+#include "fault_support.hpp"
+
+namespace fault {
+namespace {
+
+using gpufile::sys::FaultAction;
+using gpufile::sys::FaultOp;
+using gpufile::sys::FaultRule;
+
+constexpr uint64_t kSmall = 4096;
+constexpr int kReads = 40;
+
+class CacheGuess : public FaultTest {
+ protected:
+  void SetUp() override {
+    FaultTest::SetUp();
+    if (IsSkipped() || HasFatalFailure()) return;
+    // Without O_DIRECT every read goes to the page cache and nothing asks cachestat.
+    if (!direct_capable()) GTEST_SKIP() << "the file refuses O_DIRECT: there is no choice to guess";
+    if (!cached(0, file_size)) GTEST_SKIP() << "the scratch file is not all in the page cache";
+  }
+  size_t count(FaultOp op) {
+    return faults.add({.op = op, .times = FaultRule::persistent, .probability = 0.0});
+  }
+  bool cached(uint64_t off, uint64_t len) {
+    gpufile::sys::Residency r;
+    return gpufile::sys::Os().cachestat(fd, off, len, &r) == 0 && r.cached_pages == r.total_pages;
+  }
+  // Drops the file's pages; false when the kernel kept some of [off, off+len).
+  bool evict(uint64_t off, uint64_t len) {
+    ::fdatasync(fd);
+    ::posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
+    gpufile::sys::Residency r;
+    return gpufile::sys::Os().cachestat(fd, off, len, &r) == 0 && r.cached_pages == 0;
+  }
+  // Offsets spread over the file.
+  uint64_t spread(int i) const { return (i * 7919ull * kSmall) % (file_size - 4 * kSmall); }
+};
+
+TEST_F(CacheGuess, SmallReadsOfACachedFileSkipCachestat) {
+  GuardedBuffer b(kSmall, 0);
+  const size_t asks = count(FaultOp::cachestat), nowait = count(FaultOp::pread_cached);
+  for (int i = 0; i < kReads; ++i) expect_read_exact(b, spread(i), kSmall);
+  // The fixture's own check left the guess set (the whole file was cached); allow a few more
+  // asks in case the kernel dropped a page meanwhile, but not one per read.
+  EXPECT_LE(faults.seen(asks), 3u) << "cachestat was asked on every small read";
+  EXPECT_GE(faults.seen(nowait), kReads - 3u) << "small reads of cached data did not use RWF_NOWAIT";
+}
+
+TEST_F(CacheGuess, AWrongGuessStillReadsEveryByteAndIsDropped) {
+  GuardedBuffer b(kSmall, 100);
+  expect_read_exact(b, 0, kSmall);  // cached: the guess is set
+  const uint64_t at = file_size / 2 + 123;
+  if (!evict(at, kSmall)) GTEST_SKIP() << "the kernel kept the pages this test must drop";
+  const size_t asks = count(FaultOp::cachestat), nowait = count(FaultOp::pread_cached);
+  expect_read_exact(b, at, kSmall);  // guessed, missed, read from the disk
+  EXPECT_EQ(faults.seen(nowait), 1u);
+  EXPECT_EQ(faults.seen(asks), 0u);
+  const uint64_t cold = file_size / 4 + 77;
+  if (cached(cold, kSmall)) GTEST_SKIP() << "readahead brought back the range the test reads next";
+  expect_read_exact(b, cold, kSmall);  // no guess now: cachestat decides
+  EXPECT_EQ(faults.seen(asks), 1u) << "the guess survived a miss";
+  EXPECT_EQ(faults.seen(nowait), 1u);
+}
+
+TEST_F(CacheGuess, AShortGuessedReadIsCompleted) {
+  GuardedBuffer b(kSmall * 3, 5);
+  const size_t cut = faults.add({.op = FaultOp::pread_cached, .times = FaultRule::persistent,
+                                 .action = FaultAction::short_io, .limit = 1000});
+  for (int i = 0; i < 4; ++i) expect_read_exact(b, spread(i) + 17, kSmall * 3);
+  EXPECT_GT(faults.fired(cut), 0u) << "no guessed read ran";
+}
+
+TEST_F(CacheGuess, AnErrorOnTheGuessedReadIsReportedAndClaimsNoBytes) {
+  GuardedBuffer b(kSmall, 0);
+  expect_read_exact(b, 0, kSmall);  // the guess is set
+  const size_t fail = faults.add({.op = FaultOp::pread_cached, .err = EIO});
+  b.fill_sentinel();
+  errno = 0;
+  EXPECT_EQ(read(b, kSmall, kSmall), -1);
+  EXPECT_EQ(errno, EIO);
+  EXPECT_EQ(faults.fired(fail), 1u);
+  EXPECT_TRUE(b.guards_intact());
+  expect_read_exact(b, kSmall, kSmall);  // and the next read works
+}
+
+TEST_F(CacheGuess, EndOfFileIsNoMiss) {
+  GuardedBuffer b(kSmall, 0);
+  const uint64_t tail = file_size % kSmall ? file_size % kSmall : kSmall;
+  expect_read_exact(b, 0, kSmall);  // the guess is set
+  const size_t asks = count(FaultOp::cachestat);
+  b.fill_sentinel();
+  EXPECT_EQ(read(b, file_size - tail, kSmall), static_cast<ssize_t>(tail));
+  expect_read_exact(b, kSmall, kSmall);
+  EXPECT_EQ(faults.seen(asks), 0u) << "a read short at end of file dropped the guess";
+}
+
+}  // namespace
+}  // namespace fault
