@@ -212,16 +212,15 @@ std::unique_ptr<Batcher> make_batcher(Xfer x, const Buffer& buf, uint64_t slot_b
 }  // namespace
 
 bool run_batch(const Gpu& gpu, RunState& run, std::vector<Lane>& lanes, LaneStats* stats,
-               const std::function<void()>& on_start) {
+               const std::function<bool()>& start) {
+  pin_to_node(run);  // this thread is the batch's IO thread
   Buffer buf;
   if (!buf.allocate(Mem::device, gpu, run.opt.io_size * lanes.size()) ||
       !fill_noise(buf, run.opt.seed) || !register_buffer(buf, run.opt))
     return std::fprintf(stderr, "gpufile bench: could not set up the batch buffer\n"), false;
   auto batcher = make_batcher(run.opt.xfer, buf, run.opt.io_size);
   const bool opened = batcher->open(gpu, lanes.size());
-  if (opened) {
-    run.start();
-    on_start();
+  if (opened && start()) {
     drive_batches(run, *batcher, lanes, buf, *stats);
     stats->ended = Clock::now();
     run.finish(stats->ended);

@@ -18,10 +18,10 @@
 namespace gpufile::cli::benchmark {
 
 // Runs the lanes as batch slots until the pass is done, the time is up or an IO failed (the
-// failure is in `run`). The clock starts once the buffer and the batch are set up (then
-// `on_start` runs) and ends with the last round's reaping. False when the batch could not be
-// set up.
+// failure is in `run`). The clock starts (`start`) once the buffer and the batch are set up
+// and ends with the last round's reaping; when `start` declines, no IO runs. False when the
+// batch could not be set up.
 bool run_batch(const Gpu& gpu, RunState& run, std::vector<Lane>& lanes, LaneStats* stats,
-               const std::function<void()>& on_start);
+               const std::function<bool()>& start);
 
 }  // namespace gpufile::cli::benchmark

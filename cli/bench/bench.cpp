@@ -3,9 +3,10 @@
 // cuFile C API exactly as an application would; only -x 2, 3 and 4 bypass it on purpose,
 // because those transfer types are the "no GDS" baselines.
 //
-// The pieces: options (flags), blocks (-V data), device (GPU, buffers, streams), lanes (who
-// reads what), movers (one IO per transfer type), batch (-x 6, 7), run (threads and timing),
-// progress (the live line), report (the result line, JSON, CSV), sweep (points and files).
+// The pieces: options (flags), io_sizes (-i and its ranges), blocks (-V data), device (GPU,
+// buffers, streams), lanes (who reads what), movers (one IO per transfer type), batch (-x 6,
+// 7), numa (-n), run (threads and timing), progress (the live line), report (the result line,
+// JSON, CSV), sweep (points and files), jobfile and jobs (gdsio's job files).
 #include <cufile.h>
 
 #include <cstdio>
@@ -13,7 +14,9 @@
 #include <vector>
 
 #include "cli/bench/device.hpp"
+#include "cli/bench/jobs.hpp"
 #include "cli/bench/lanes.hpp"
+#include "cli/bench/numa.hpp"
 #include "cli/bench/options.hpp"
 #include "cli/bench/run.hpp"
 #include "cli/bench/sweep.hpp"
@@ -49,12 +52,23 @@ int measure_all(const Gpu& gpu, const std::vector<Options>& points, const Option
   return write_outputs(o, results) ? 0 : 1;
 }
 
+// -n names a NUMA node of this machine.
+bool node_exists(const Options& o) {
+  cpu_set_t cpus;
+  std::string why;
+  if (o.numa_node < 0 || numa_node_cpus(o.numa_node, &cpus, &why)) return true;
+  std::fprintf(stderr, "gpufile bench: -n %d: %s\n", o.numa_node, why.c_str());
+  return false;
+}
+
 }  // namespace
 
 int bench(int argc, char** argv) {
   Options o;
   if (!parse_options(argc, argv, &o)) return print_usage(stderr), 2;
   if (o.help) return print_usage(stdout), 0;
+  if (!o.job_file.empty()) return run_job_file(o);
+  if (!node_exists(o)) return 2;
   // Everything that can be known wrong is, before the first measurement.
   const std::vector<Options> points = sweep_points(o);
   for (const Options& point : points)
@@ -62,14 +76,7 @@ int bench(int argc, char** argv) {
   if (!outputs_writable(o)) return 1;
   Gpu gpu;
   if (!gpu.open(o.gpu)) return 1;
-  if (!gpu.drv && uses_gpu_memory(o.xfer))
-    std::fprintf(stderr, "gpufile bench: no GPU (%s); host memory stands in for GPU memory\n",
-                 cuda::why_no_driver().c_str());
-  CUfileError_t e = cuFileDriverOpen();
-  if (e.err != CU_FILE_SUCCESS) {
-    std::fprintf(stderr, "gpufile bench: cuFileDriverOpen: %s\n", CUFILE_ERRSTR(e.err));
-    return gpu.close(), 1;
-  }
+  if (!open_session(gpu, o.xfer)) return gpu.close(), 1;
   int rc = measure_all(gpu, points, o);
   cuFileDriverClose();
   gpu.close();

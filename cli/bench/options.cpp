@@ -39,16 +39,32 @@ bool is_write(IoType t) { return t == IoType::write || t == IoType::randwrite; }
 bool is_random(IoType t) { return t == IoType::randread || t == IoType::randwrite; }
 IoType read_back_of(IoType t) { return is_random(t) ? IoType::randread : IoType::read; }
 
+IoSizes io_sizes_of(const Options& o) {
+  if (o.io_step == 0) return IoSizes{o.io_size, o.io_size, 0};
+  return IoSizes{o.io_min, o.io_size, o.io_step};
+}
+
+void set_io_sizes(Options* o, const IoSizes& s) {
+  o->io_size = s.max;
+  o->io_min = s.varies() ? s.min : 0;
+  o->io_step = s.varies() ? s.step : 0;
+}
+
+bool opens_direct(const Options& o) { return !o.buffered && o.xfer != Xfer::cpu_cached_gpu; }
+
 void print_usage(FILE* f) {
   std::fputs(
       "usage: gpufile bench (-f FILE | -D DIR) -s SIZE (-i IOSIZE | --sweep-io LIST) [options]\n"
+      "       gpufile bench [-J] [--json] JOBFILE.gdsio\n"
       "  -f FILE   one file shared by all threads, each thread takes an equal slice\n"
       "  -D DIR    one file per thread, DIR/gdsio.<n>\n"
       "  -s SIZE   data set size: of FILE, or of each per-thread file (K/M/G are binary)\n"
-      "  -i SIZE   bytes per IO\n"
+      "  -i SIZE   bytes per IO; MIN:MAX:STEP (e.g. 4K:1M:4K) gives each IO a size drawn\n"
+      "            from MIN, MIN+STEP, ..., MAX (seeded by -k)\n"
       "  -o SIZE   start offset in the file (0)\n"
       "  -w N      threads; with -x 6 and 7 the number of IOs in flight per batch (1)\n"
       "  -d N      GPU index (0)\n"
+      "  -n N      run the IO threads on the CPUs of NUMA node N\n"
       "  -x N      transfer type (0):\n"
       "              0 GPU_DIRECT        cuFileRead/Write into GPU memory\n"
       "              1 CPU_ONLY          cuFileRead/Write into host memory\n"
@@ -75,7 +91,10 @@ void print_usage(FILE* f) {
       "            one measurement per (IO size, threads) with the other flags as given\n"
       "            (-T per point; without -T one pass over -s), each printing its line\n"
       "  --csv PATH  write every measurement as a CSV row (also without a sweep)\n"
-      "  --png PATH  write a chart: GiB/s against IO size, a line per thread count\n",
+      "  --png PATH  write a chart: GiB/s against IO size, a line per thread count\n"
+      "  JOBFILE   gdsio's job file: [global] then [job1], [job2]...; the jobs run at once\n"
+      "            and one line sums them up (docs/bench.md lists the keys)\n"
+      "  -J        with a job file, also each job's own line, before the total\n",
       f);
 }
 
@@ -139,28 +158,33 @@ bool parse_count_list(const char* text, std::vector<int>* out) {
   return parse_list(text, out, [](const char* item, int* v) { return parse_int(item, 1, 4096, v); });
 }
 
-bool parse_byte_size(const char* flag, const char* text, uint64_t* out) {
+bool parse_byte_size(const char* text, uint64_t* out) {
   unsigned long long v = 0;
-  if (std::strchr(text, ':')) {
-    std::fprintf(stderr, "gpufile bench: %s: IO size ranges are not supported yet\n", flag);
-    return false;
-  }
   if (!parse_size(text, &v)) return false;
   *out = v;
   return true;
 }
 
-// One flag and its argument; false on anything malformed.
-bool apply_flag(int c, const char* arg, Options* o) {
+bool parse_io_flag(const char* text, Options* o, std::string* why) {
+  IoSizes sizes;
+  if (!parse_io_sizes(text, &sizes, why)) return false;
+  set_io_sizes(o, sizes);
+  return true;
+}
+
+// One flag and its argument; false on anything malformed, with the reason in `why` where a
+// generic "bad value" would not say enough.
+bool apply_flag(int c, const char* arg, Options* o, std::string* why) {
   int v = 0;
   switch (c) {
     case 'f': o->file = arg; return true;
     case 'D': o->dir = arg; return true;
     case 'd': return parse_int(arg, 0, 1023, &o->gpu);
+    case 'n': return parse_int(arg, 0, 1023, &o->numa_node);
     case 'w': return parse_int(arg, 1, 4096, &o->threads);
-    case 's': return parse_byte_size("-s", arg, &o->size);
-    case 'i': return parse_byte_size("-i", arg, &o->io_size);
-    case 'o': return parse_byte_size("-o", arg, &o->offset);
+    case 's': return parse_byte_size(arg, &o->size);
+    case 'i': return parse_io_flag(arg, o, why);
+    case 'o': return parse_byte_size(arg, &o->offset);
     case 'x': return parse_xfer(arg, &o->xfer);
     case 'I': return parse_int(arg, 0, 3, &v) && (o->io_type = static_cast<IoType>(v), true);
     case 'T': return parse_int(arg, 1, 1 << 30, &o->seconds);
@@ -169,6 +193,7 @@ bool apply_flag(int c, const char* arg, Options* o) {
     case 'b': o->skip_buf_register = true; return true;
     case 'O': return parse_int(arg, 0, 1, &v) && (o->buffered = v == 1, true);
     case 'j': o->json = true; return true;
+    case 'J': o->per_job_stats = true; return true;
     case kProgress: o->progress = Progress::always; return true;
     case kNoProgress: o->progress = Progress::never; return true;
     case kSweepIo: return parse_size_list(arg, &o->sweep_io);
@@ -186,20 +211,39 @@ int deepest(const Options& o) {
   return most;
 }
 
-// The combinations no flag can catch on its own.
-bool options_consistent(const Options& o) {
-  const char* why = nullptr;
-  if (o.file.empty() == o.dir.empty()) why = "give exactly one of -f and -D";
-  else if (o.size == 0) why = "-s (data set size) is required and must be > 0";
-  else if (o.io_size == 0 && o.sweep_io.empty())
-    why = "-i (IO size) or --sweep-io is required, and sizes must be > 0";
-  else if (is_batch(o.xfer) && deepest(o) > 128)
-    why = "-x 6 and -x 7 allow at most 128 IOs per batch (-w, --sweep-threads)";
-  if (why) std::fprintf(stderr, "gpufile bench: %s\n", why);
-  return why == nullptr;
+// The flags that may come with a job file: the file holds every run setting.
+bool goes_with_job_file(int c) { return c == 'J' || c == 'j' || c == 'h'; }
+
+bool say_problem(const std::string& problem) {
+  if (!problem.empty()) std::fprintf(stderr, "gpufile bench: %s\n", problem.c_str());
+  return problem.empty();
+}
+
+// The flag that failed, and why.
+void complain(int c, const char* arg, const option& long_opt, const std::string& why) {
+  if (!why.empty())
+    std::fprintf(stderr, "gpufile bench: -%c %s: %s\n", c, arg, why.c_str());
+  else if (c == 'x')  // gdsio's eight types; the usage below lists them
+    std::fprintf(stderr, "gpufile bench: -x %s: no such transfer type (0 to 7)\n", arg);
+  else if (c >= kProgress)
+    std::fprintf(stderr, "gpufile bench: bad value for --%s: '%s'\n", long_opt.name, arg);
+  else
+    std::fprintf(stderr, "gpufile bench: bad value for -%c: '%s'\n", c, arg ? arg : "");
 }
 
 }  // namespace
+
+std::string options_problem(const Options& o) {
+  if (o.file.empty() == o.dir.empty()) return "give exactly one of -f and -D";
+  if (o.size == 0) return "-s (data set size) is required and must be > 0";
+  if (o.io_size == 0 && o.sweep_io.empty())
+    return "-i (IO size) or --sweep-io is required, and sizes must be > 0";
+  if (is_batch(o.xfer) && deepest(o) > 128)
+    return "-x 6 and -x 7 allow at most 128 IOs per batch (-w, --sweep-threads)";
+  // A sweep replaces -i by each of its sizes; those are single sizes, checked as they run.
+  if (o.sweep_io.empty()) return io_sizes_problem(io_sizes_of(o), opens_direct(o), o.verify);
+  return {};
+}
 
 bool parse_options(int argc, char** argv, Options* o) {
   static const option longs[] = {{"json", no_argument, nullptr, 'j'},
@@ -215,30 +259,31 @@ bool parse_options(int argc, char** argv, Options* o) {
   opterr = 0;  // our own messages, with our own name in them
   int c = 0;
   int long_index = 0;
-  while ((c = getopt_long(argc, argv, ":f:D:d:w:s:i:o:x:I:T:k:VbO:h", longs, &long_index)) !=
-         -1) {
+  std::string run_flag;  // the first flag that a job file would override
+  while ((c = getopt_long(argc, argv, ":f:D:d:n:w:s:i:o:x:I:T:k:VbO:Jh", longs,
+                          &long_index)) != -1) {
     if (c == '?' || c == ':') {
       const char* what = c == ':' ? "missing value for" : "unknown flag";
       std::fprintf(stderr, "gpufile bench: %s %s\n", what, argv[optind - 1]);
       return false;
     }
-    if (!apply_flag(c, optarg, o)) {
-      if (c == 'x')  // gdsio's eight types; the usage below lists them
-        std::fprintf(stderr, "gpufile bench: -x %s: no such transfer type (0 to 7)\n", optarg);
-      else if (c >= kProgress)
-        std::fprintf(stderr, "gpufile bench: bad value for --%s: '%s'\n", longs[long_index].name,
-                     optarg);
-      else
-        std::fprintf(stderr, "gpufile bench: bad value for -%c: '%s'\n", c, optarg ? optarg : "");
-      return false;
-    }
+    std::string why;
+    if (!apply_flag(c, optarg, o, &why)) return complain(c, optarg, longs[long_index], why), false;
+    if (!goes_with_job_file(c) && run_flag.empty())
+      run_flag = c >= kProgress ? std::string("--") + longs[long_index].name
+                                : std::string("-") + static_cast<char>(c);
   }
   if (o->help) return true;
-  if (optind < argc) {
-    std::fprintf(stderr, "gpufile bench: unexpected argument '%s'\n", argv[optind]);
+  if (argc - optind > 1) {
+    std::fprintf(stderr, "gpufile bench: unexpected argument '%s'\n", argv[optind + 1]);
     return false;
   }
-  return options_consistent(*o);
+  if (optind == argc) return say_problem(options_problem(*o));
+  o->job_file = argv[optind];
+  if (run_flag.empty()) return true;
+  std::fprintf(stderr, "gpufile bench: %s: a job file holds every run setting; only -J and "
+                       "--json go with it\n", run_flag.c_str());
+  return false;
 }
 
 }  // namespace gpufile::cli::benchmark

@@ -6,6 +6,8 @@
 #include <string>
 #include <vector>
 
+#include "cli/bench/io_sizes.hpp"
+
 namespace gpufile::cli::benchmark {
 
 // -x values, in gdsio's numbering (spec §6.2).
@@ -43,8 +45,13 @@ struct Options {
   std::string dir;   // -D
   int gpu = 0;
   int threads = 1;
+  int numa_node = -1;  // -n: IO threads run on this NUMA node's CPUs; -1: anywhere
   uint64_t size = 0;
+  // -i: bytes per IO. With a range (-i MIN:MAX:STEP) io_size is MAX, so every buffer sized by
+  // it holds any IO, and io_min and io_step are set; they are 0 with a single size.
   uint64_t io_size = 0;
+  uint64_t io_min = 0;
+  uint64_t io_step = 0;
   uint64_t offset = 0;
   Xfer xfer = Xfer::gpu_direct;
   IoType io_type = IoType::read;
@@ -60,12 +67,26 @@ struct Options {
   std::vector<int> sweep_threads;  // --sweep-threads
   std::string csv_path;            // --csv: a row per measurement
   std::string png_path;            // --png: GiB/s against IO size, a line per thread count
+  bool per_job_stats = false;      // -J: with a job file, each job's line before the total
+  std::string job_file;            // `gpufile bench JOBFILE`: every run setting comes from it
   bool help = false;
 };
 
+// -i as IoSizes, and back.
+IoSizes io_sizes_of(const Options& o);
+void set_io_sizes(Options* o, const IoSizes& s);
+
+// Whether files are opened with O_DIRECT (neither -O 1 nor -x 4).
+bool opens_direct(const Options& o);
+
 void print_usage(FILE* f);
 
-// False, with a message on stderr, on anything malformed or inconsistent.
+// False, with a message on stderr, on anything malformed or inconsistent. A single argument
+// that is not a flag is a job file (then only -J and --json may come with it).
 bool parse_options(int argc, char** argv, Options* o);
+
+// What makes a complete set of options unrunnable (the combinations no flag catches on its
+// own), or empty. Job files are checked with it too.
+std::string options_problem(const Options& o);
 
 }  // namespace gpufile::cli::benchmark

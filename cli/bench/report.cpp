@@ -31,7 +31,30 @@ double gib_per_sec(const Result& r) {
   return r.seconds > 0 ? (r.done_bytes / 1024.0) / r.seconds / (1024.0 * 1024.0) : 0;
 }
 
+Result combine_results(const std::vector<Result>& parts) {
+  Result all = parts.front();
+  all.job.clear();
+  for (size_t k = 1; k < parts.size(); ++k) {
+    const Result& p = parts[k];
+    all.threads += p.threads;
+    all.done_bytes += p.done_bytes;
+    all.total_bytes += p.total_bytes;
+    all.io_min = std::min(all.io_min, p.io_min);
+    all.io_max = std::max(all.io_max, p.io_max);
+    all.seconds = std::max(all.seconds, p.seconds);
+    all.cpu_seconds = std::max(all.cpu_seconds, p.cpu_seconds);
+    all.latency_us.insert(all.latency_us.end(), p.latency_us.begin(), p.latency_us.end());
+  }
+  std::sort(all.latency_us.begin(), all.latency_us.end());
+  const bool one_size = std::all_of(parts.begin(), parts.end(), [&](const Result& p) {
+    return p.io_min == p.io_max && p.io_size == all.io_size;
+  });
+  if (!one_size && !all.latency_us.empty()) all.io_size = all.done_bytes / all.latency_us.size();
+  return all;
+}
+
 void print_line(const Result& r) {
+  if (!r.job.empty()) std::printf("[%s] ", r.job.c_str());
   std::printf("IoType: %s XferType: %s Threads: ", io_label(r.type), xfer_label(r.xfer));
   if (is_batch(r.xfer)) std::printf("1 IoDepth: %d", r.threads);
   else std::printf("%d", r.threads);
@@ -46,16 +69,21 @@ void print_line(const Result& r) {
 void print_json(const Result& r) {
   const bool batch = is_batch(r.xfer);
   const double gib = r.done_bytes / double(1ull << 30);
-  std::printf("{\"io_type\": \"%s\", \"xfer_type\": \"%s\", \"threads\": %d, ", io_label(r.type),
+  std::printf("{");
+  if (!r.job.empty()) std::printf("\"job\": \"%s\", ", r.job.c_str());
+  std::printf("\"io_type\": \"%s\", \"xfer_type\": \"%s\", \"threads\": %d, ", io_label(r.type),
               xfer_label(r.xfer), batch ? 1 : r.threads);
   if (batch) std::printf("\"io_depth\": %d, ", r.threads);
   std::printf("\"dataset_done_kib\": %llu, \"dataset_total_kib\": %llu, \"io_size_kib\": %llu, "
+              "\"io_size_min_kib\": %llu, \"io_size_max_kib\": %llu, "
               "\"throughput_gib_s\": %f, \"avg_latency_us\": %f, \"ops\": %zu, "
               "\"total_time_s\": %f, \"p50_latency_us\": %f, \"p99_latency_us\": %f, "
               "\"max_latency_us\": %f, \"cpu_s_per_gib\": %f}\n",
               static_cast<unsigned long long>(r.done_bytes / 1024),
               static_cast<unsigned long long>(r.total_bytes / 1024),
-              static_cast<unsigned long long>(r.io_size / 1024), gib_per_sec(r),
+              static_cast<unsigned long long>(r.io_size / 1024),
+              static_cast<unsigned long long>(r.io_min / 1024),
+              static_cast<unsigned long long>(r.io_max / 1024), gib_per_sec(r),
               mean(r.latency_us), r.latency_us.size(), r.seconds, percentile(r.latency_us, 0.5),
               percentile(r.latency_us, 0.99), percentile(r.latency_us, 1.0),
               gib > 0 ? r.cpu_seconds / gib : 0.0);

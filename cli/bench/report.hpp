@@ -10,10 +10,15 @@
 namespace gpufile::cli::benchmark {
 
 struct Result {
+  std::string job;  // the job file section this came from (-J lines); empty: a whole run
   IoType type = IoType::read;
   Xfer xfer = Xfer::gpu_direct;
   int threads = 0;  // -w: threads, or the IO depth of a batch
-  uint64_t done_bytes = 0, total_bytes = 0, io_size = 0;
+  uint64_t done_bytes = 0, total_bytes = 0;
+  // The result line's IOSize: -i, or where the size varied (a range, or jobs of different
+  // sizes) the mean IO size, so that ops x IOSize is still about the data moved.
+  uint64_t io_size = 0;
+  uint64_t io_min = 0, io_max = 0;  // the smallest and largest IO size the run could use
   double seconds = 0, cpu_seconds = 0;
   std::vector<double> latency_us;  // sorted
 };
@@ -26,7 +31,15 @@ double percentile(const std::vector<double>& sorted, double p);
 double mean(const std::vector<double>& v);
 double gib_per_sec(const Result& r);
 
-// gdsio's line, field for field; batch runs report the depth, not threads.
+// The jobs of a job file, run side by side, as gdsio reports them: one line for all of them
+// (NVIDIA's configuration guide: "with multiple jobs running, gdsio will aggregate the
+// results"; its sample of 4 jobs of 16 threads prints Threads: 64). Threads (or depths), data
+// and IOs add up; the time is the longest job's, as the jobs start together; CPU time is the
+// process's, so the largest. The parts share their IoType and XferType.
+Result combine_results(const std::vector<Result>& parts);
+
+// gdsio's line, field for field; batch runs report the depth, not threads. A job's own line
+// (-J) starts with "[job] ", so the total stays the only line that starts with "IoType:".
 void print_line(const Result& r);
 void print_json(const Result& r);
 

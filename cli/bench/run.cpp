@@ -11,6 +11,7 @@
 #include "cli/bench/batch.hpp"
 #include "cli/bench/blocks.hpp"
 #include "cli/bench/movers.hpp"
+#include "cli/bench/numa.hpp"
 #include "cli/bench/progress.hpp"
 
 namespace gpufile::cli::benchmark {
@@ -65,6 +66,21 @@ double micros(Clock::time_point from, Clock::time_point to) {
   return std::chrono::duration<double, std::micro>(to - from).count();
 }
 
+bool open_session(const Gpu& gpu, Xfer xfer) {
+  if (!gpu.drv && uses_gpu_memory(xfer))
+    std::fprintf(stderr, "gpufile bench: no GPU (%s); host memory stands in for GPU memory\n",
+                 cuda::why_no_driver().c_str());
+  CUfileError_t e = cuFileDriverOpen();
+  if (e.err == CU_FILE_SUCCESS) return true;
+  std::fprintf(stderr, "gpufile bench: cuFileDriverOpen: %s\n", CUFILE_ERRSTR(e.err));
+  return false;
+}
+
+void pin_to_node(RunState& run) {
+  if (run.cpus && !pin_thread(*run.cpus))
+    run.fail("cannot run on the CPUs of NUMA node " + std::to_string(run.opt.numa_node));
+}
+
 namespace {
 
 bool settled(RunState& run, const Lane& lane, const Block& b, Mover& mover) {
@@ -95,10 +111,11 @@ void run_lane(RunState& run, Lane& lane, Mover& mover, LaneStats& stats) {
 
 // Every lane's buffers are set up first (allocated, registered, filled: on an H100, 16 lanes
 // of 64 MiB took over a second, which once ate all of a -T 1 run), then every thread is
-// started and waits at the gate; the clock starts when the last one is there, and the gate
-// lets them all go at once. The time ends with the lane that ended last.
+// started and waits at the gate; the clock starts (`start`) when the last one is there, and
+// the gate lets them all go at once. The time ends with the lane that ended last. When
+// `start` declines, the run has failed and the threads stop before their first IO.
 bool run_threads(const Gpu& gpu, RunState& run, std::vector<Lane>& lanes,
-                 std::vector<LaneStats>* stats, const std::function<void()>& on_start) {
+                 std::vector<LaneStats>* stats, const std::function<bool()>& start) {
   std::vector<std::unique_ptr<Mover>> movers;
   bool ok = true;
   for (Lane& lane : lanes) {
@@ -116,14 +133,14 @@ bool run_threads(const Gpu& gpu, RunState& run, std::vector<Lane>& lanes,
     for (size_t t = 0; t < lanes.size(); ++t)
       workers.emplace_back([&, t] {
         gpu.bind_thread();
+        pin_to_node(run);
         ready.count_down();
         go.wait();
         run_lane(run, lanes[t], *movers[t], (*stats)[t]);
       });
     ready.wait();
-    run.start();
+    start();
     go.count_down();
-    on_start();
     for (auto& w : workers) w.join();
     Clock::time_point last = run.started();
     for (const LaneStats& s : *stats) last = std::max(last, s.ended);
@@ -135,11 +152,13 @@ bool run_threads(const Gpu& gpu, RunState& run, std::vector<Lane>& lanes,
 
 Result summarise(const Options& o, IoType type, const RunState& run,
                  std::vector<LaneStats>& stats) {
+  const IoSizes sizes = io_sizes_of(o);
   Result r;
   r.type = type;
   r.xfer = o.xfer;
   r.threads = o.threads;
-  r.io_size = o.io_size;
+  r.io_min = sizes.min;
+  r.io_max = sizes.max;
   r.total_bytes = o.file.empty() ? o.size * o.threads : o.size;
   r.seconds = run.seconds();
   r.cpu_seconds = run.cpu_seconds();
@@ -148,29 +167,47 @@ Result summarise(const Options& o, IoType type, const RunState& run,
     r.latency_us.insert(r.latency_us.end(), s.latency_us.begin(), s.latency_us.end());
   }
   std::sort(r.latency_us.begin(), r.latency_us.end());
+  r.io_size = sizes.varies() && !r.latency_us.empty() ? r.done_bytes / r.latency_us.size()
+                                                      : o.io_size;
   return r;
+}
+
+// -n: the CPU set of the node, or a message.
+bool place_threads(RunState& run) {
+  if (run.opt.numa_node < 0) return true;
+  std::string why;
+  cpu_set_t cpus;
+  if (!numa_node_cpus(run.opt.numa_node, &cpus, &why)) {
+    std::fprintf(stderr, "gpufile bench: -n %d: %s\n", run.opt.numa_node, why.c_str());
+    return false;
+  }
+  run.cpus = cpus;
+  return true;
 }
 
 }  // namespace
 
-std::optional<Result> run_once(const Gpu& gpu, const Options& o, IoType type) {
+std::optional<Result> measure_run(const Gpu& gpu, const Options& o, IoType type,
+                                  const RunHooks& hooks) {
   std::vector<Lane> lanes;
   if (!plan_lanes(o, type, &lanes)) return std::nullopt;
-  bool ok = true;
-  const bool buffered = o.buffered || o.xfer == Xfer::cpu_cached_gpu;
-  for (Lane& lane : lanes)
-    ok = ok && open_lane(&lane, is_write(type), buffered, !uses_posix_io(o.xfer));
   RunState run(o, type);
+  bool ok = place_threads(run);
+  for (Lane& lane : lanes)
+    ok = ok && open_lane(&lane, is_write(type), !opens_direct(o), !uses_posix_io(o.xfer));
   const bool batch = is_batch(o.xfer);
   std::vector<LaneStats> stats(batch ? 1 : lanes.size());
-  // The live line starts with the clock, after setup.
+  // The clock, and the live line with it, start after setup.
   std::optional<ProgressLine> progress;
-  const auto on_start = [&] {
-    if (progress_wanted(o)) progress.emplace(run, true);
+  const auto start = [&] {
+    if (hooks.at_start && !hooks.at_start()) return run.fail(hooks.cancelled), false;
+    run.start();
+    if (hooks.progress && progress_wanted(o)) progress.emplace(run, true);
+    return true;
   };
   if (ok)
-    ok = batch ? run_batch(gpu, run, lanes, &stats[0], on_start)
-               : run_threads(gpu, run, lanes, &stats, on_start);
+    ok = batch ? run_batch(gpu, run, lanes, &stats[0], start)
+               : run_threads(gpu, run, lanes, &stats, start);
   if (progress) progress->stop();  // erased before anything else is printed
   for (Lane& lane : lanes) close_lane(&lane);
   if (!ok) return std::nullopt;
@@ -185,8 +222,14 @@ std::optional<Result> run_once(const Gpu& gpu, const Options& o, IoType type) {
                  io_label(type), r.seconds);
     return std::nullopt;
   }
-  print_line(r);
-  if (o.json) print_json(r);
+  return r;
+}
+
+std::optional<Result> run_once(const Gpu& gpu, const Options& o, IoType type) {
+  std::optional<Result> r = measure_run(gpu, o, type, RunHooks{});
+  if (!r) return std::nullopt;
+  print_line(*r);
+  if (o.json) print_json(*r);
   std::fflush(stdout);
   return r;
 }

@@ -2,8 +2,11 @@
 // state they share, and the timing around them.
 #pragma once
 
+#include <sched.h>
+
 #include <atomic>
 #include <chrono>
+#include <functional>
 #include <mutex>
 #include <optional>
 #include <string>
@@ -30,6 +33,8 @@ class RunState {
   RunState(const Options& o, IoType type);
   const Options& opt;
   const IoType type;
+  // -n: where the IO threads run (the CPUs of that NUMA node); empty: anywhere.
+  std::optional<cpu_set_t> cpus;
 
   bool timed() const { return opt.seconds > 0; }
 
@@ -89,8 +94,29 @@ bool check_read(RunState& run, const Buffer& buf, uint64_t at_byte, const Lane& 
 
 double micros(Clock::time_point from, Clock::time_point to);
 
-// One run of one IO type over the data set; prints its result line. Empty on failure (the
-// reason is on stderr).
+// -n: runs the calling IO thread on the run's CPUs (a failure fails the run).
+void pin_to_node(RunState& run);
+
+// Before the first run: cuFileDriverOpen, and the note on stderr when host memory stands in
+// for a missing GPU. False with a message. cuFileDriverClose() ends the session.
+bool open_session(const Gpu& gpu, Xfer xfer);
+
+// What a caller may add to a run.
+struct RunHooks {
+  // Called once setup is done and every IO thread waits at the start gate, just before the
+  // clock starts (the jobs of a job file start together here). False: do not start; the run
+  // fails with `cancelled` as its reason.
+  std::function<bool()> at_start;
+  std::string cancelled = "cancelled";
+  bool progress = true;  // the live line, where progress_wanted() agrees
+};
+
+// One run of one IO type over the data set, without printing its result. Empty on failure
+// (the reason is on stderr).
+std::optional<Result> measure_run(const Gpu& gpu, const Options& o, IoType type,
+                                  const RunHooks& hooks);
+
+// The same, printing its result line (and --json). The run of a command line.
 std::optional<Result> run_once(const Gpu& gpu, const Options& o, IoType type);
 
 }  // namespace gpufile::cli::benchmark

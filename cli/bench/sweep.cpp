@@ -62,6 +62,14 @@ bool write_atomically(const std::string& flag, const std::string& path, const vo
   return false;
 }
 
+// The -i of each point: the sweep's sizes, else -i as given (a single size or a range).
+std::vector<IoSizes> io_points(const Options& o) {
+  if (o.sweep_io.empty()) return {io_sizes_of(o)};
+  std::vector<IoSizes> sizes;
+  for (uint64_t io : o.sweep_io) sizes.push_back(IoSizes{io, io, 0});
+  return sizes;
+}
+
 std::string series_name(const Result& r) {
   if (is_batch(r.xfer)) return "depth " + std::to_string(r.threads);
   return std::to_string(r.threads) + (r.threads == 1 ? " thread" : " threads");
@@ -72,14 +80,13 @@ std::string series_name(const Result& r) {
 std::vector<Options> sweep_points(const Options& o) {
   const std::vector<int> threads = o.sweep_threads.empty() ? std::vector<int>{o.threads}
                                                            : o.sweep_threads;
-  const std::vector<uint64_t> sizes = o.sweep_io.empty() ? std::vector<uint64_t>{o.io_size}
-                                                         : o.sweep_io;
+  const std::vector<IoSizes> sizes = io_points(o);
   std::vector<Options> points;
   for (int t : threads)
-    for (uint64_t io : sizes) {
+    for (const IoSizes& io : sizes) {
       points.push_back(o);
       points.back().threads = t;
-      points.back().io_size = io;
+      set_io_sizes(&points.back(), io);
     }
   return points;
 }

@@ -5,7 +5,8 @@ usage: bench_test.py GPUFILE [--quick]
 
 Runs the CLI binary as a user would and checks what it prints: the gdsio result line for every
 transfer type, the verification pass, --json, corruption detection, the progress line, sweeps
-with their CSV and PNG files, and flag errors. With the CUDA driver test
+with their CSV and PNG files, -i MIN:MAX:STEP ranges, job files (and the shipped examples),
+and flag errors. With the CUDA driver test
 double the "GPU" buffers are the double's device memory; --quick is the smaller set run with
 no driver at all, where host memory stands in for the GPU.
 """
@@ -18,6 +19,9 @@ import struct
 import subprocess
 import sys
 import tempfile
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+EXAMPLES = os.path.join(HERE, "..", "..", "examples", "bench")
 
 MIB = 1 << 20
 FILE_SIZE = 8 * MIB
@@ -338,6 +342,236 @@ def bad_flags_give_usage(path):
           "-h lists the eight transfer types")
 
 
+def mean_io_kib(m):
+    """The IOSize a run with varying sizes prints: the mean IO, rounded down to whole KiB."""
+    return int(m["done"]) * 1024 // int(m["ops"]) // 1024
+
+
+def io_size_ranges(path, xfers):
+    """-i MIN:MAX:STEP: every IO's size is drawn from the series; a -V write's read-back, and a
+    later -V read (sequential or random), meet exactly the blocks the write left, whatever the
+    transfer type. IOSize is the mean IO, so ops x IOSize is still about the data moved."""
+    for xfer in xfers:
+        for random in (False, True):
+            what = f"-i 4K:256K:4K -x {xfer} {'random' if random else 'sequential'}"
+            common = ["-f", path, "-s", FILE_SIZE, "-i", "4K:256K:4K", "-w", THREADS, "-x", xfer,
+                      "-k", 5, "-V"]
+            w = bench(*common, "-I", 3 if random else 1)
+            if not check(w.returncode == 0, f"{what}: write rc {w.returncode}: {w.stderr}"):
+                continue
+            lines = result_lines(w.stdout)
+            want = ["RANDWRITE", "RANDREAD"] if random else ["WRITE", "READ"]
+            check([m["io"] for m in lines] == want, f"{what}: IoTypes {[m['io'] for m in lines]}")
+            for m in lines:
+                done, total, ops = int(m["done"]), int(m["total"]), int(m["ops"])
+                check(done == total == FILE_SIZE // 1024, f"{what}: DataSetSize {done}/{total}")
+                check(FILE_SIZE // (256 * 1024) < ops < FILE_SIZE // 4096, f"{what}: ops {ops}")
+                check(int(m["io_kib"]) == mean_io_kib(m),
+                      f"{what}: IOSize {m['io_kib']} is not the mean")
+            r = bench(*common, "-I", 2 if random else 0)
+            check(r.returncode == 0 and len(result_lines(r.stdout)) == 1,
+                  f"{what}: -V read rc {r.returncode}: {r.stderr}")
+
+
+def io_size_range_details(tmp):
+    """A read with other sizes than the write finds misplaced blocks; --json shows the range;
+    -x 6 and -D take ranges too; the page cache takes sizes O_DIRECT would refuse."""
+    path = os.path.join(tmp, "ranges")
+    common = ["-f", path, "-s", FILE_SIZE, "-w", THREADS, "-k", 5, "-V"]
+    w = bench(*common, "-i", "4K:256K:4K", "-I", 1, "--json")
+    check(w.returncode == 0, f"range write: {w.stderr}")
+    docs = [json.loads(l) for l in w.stdout.splitlines() if l.startswith("{")]
+    check(docs and docs[0].get("io_size_min_kib") == 4 and docs[0].get("io_size_max_kib") == 256,
+          f"json shows the range: {docs}")
+    r = bench(*common, "-i", "64K", "-I", 0)
+    check(r.returncode == 1 and "verification failed" in r.stderr,
+          f"a fixed -i read of a range-written file fails: rc {r.returncode}: {r.stderr}")
+    d = bench("-D", tmp, "-s", FILE_SIZE, "-i", "16K:128K:16K", "-w", THREADS, "-x", 6, "-I", 3,
+              "-V")
+    lines = result_lines(d.stdout) if check(d.returncode == 0, f"-D -x 6 range: {d.stderr}") else []
+    check([m["depth"] for m in lines] == [str(THREADS)] * 2, f"-x 6 range depth: {d.stdout}")
+    b = bench("-f", path, "-s", FILE_SIZE, "-i", "6K:30K:2K", "-O", 1, "-I", 1, "-V")
+    check(b.returncode == 0, f"-O 1 takes a 2 KiB step: rc {b.returncode}: {b.stderr}")
+
+
+def bad_io_ranges_give_usage(path):
+    cases = {"4K:1K:1K": "larger than MAX", "4K:64K": "MIN:MAX:STEP",
+             "4K:64K:4K:4K": "MIN:MAX:STEP", "0:64K:4K": "MIN", "4K:64K:0": "STEP",
+             "4K:64K:24K": "whole steps", "4K:12K:2K": "4 KiB", "x:y:z": "not a size"}
+    for text, says in cases.items():
+        r = bench("-f", path, "-s", "8M", "-i", text)
+        check(r.returncode == 2 and "usage:" in r.stderr and says in r.stderr,
+              f"-i {text}: rc {r.returncode}: {r.stderr[:200]}")
+    r = bench("-f", path, "-s", "8M", "-i", "32", "-O", 1, "-V")
+    check(r.returncode == 2 and "block header" in r.stderr,
+          f"-V with 32-byte IOs: {r.stderr[:200]}")
+    r = bench("-f", path, "-s", "4K:8K:4K", "-i", "4K")
+    check(r.returncode == 2, f"-s takes no range: rc {r.returncode}")
+
+
+JOB_LINE = re.compile(r"^\[(?P<job>[^\]]+)\] (?P<line>IoType: .*)$")
+
+
+def job_lines(out):
+    """{job: match} of the -J lines ("[job] IoType: ..."), in order."""
+    found = {}
+    for l in out.splitlines():
+        j = JOB_LINE.match(l)
+        if j:
+            m = RESULT_LINE.match(j["line"])
+            check(m, f"-J line parses: {l}")
+            found[j["job"]] = m
+    return found
+
+
+def write_job_file(path, text):
+    with open(path, "w") as f:
+        f.write(text)
+    return path
+
+
+def bench_env(*args, **env):
+    return subprocess.run([GPUFILE, "bench", *map(str, args)], capture_output=True, text=True,
+                          timeout=60, env=dict(os.environ, **env))
+
+
+def job_files(tmp):
+    """gdsio job files: the jobs run at once and one line sums them up (Threads, DataSetSize
+    and ops add up); a job's key overrides [global]; do_verify writes then reads back; -J adds
+    each job's own line first; batch jobs add their depths."""
+    a, b = os.path.join(tmp, "job-a"), os.path.join(tmp, "job-b")
+    os.makedirs(a, exist_ok=True)
+    os.makedirs(b, exist_ok=True)
+    two = write_job_file(os.path.join(tmp, "two.gdsio"), f"""# two jobs side by side
+[global]
+name=two
+xfer_type=0
+rw=write
+bs=64K
+size=2M
+do_verify=1
+
+[job1]
+num_threads=2
+directory={a}
+
+[job2]
+gpu_dev_id=0
+num_threads=1
+bs=16K:128K:16K
+directory={b}
+""")
+    r = bench(two)
+    if not check(r.returncode == 0, f"job file: rc {r.returncode}: {r.stderr}"):
+        return
+    lines = result_lines(r.stdout)
+    check([m["io"] for m in lines] == ["WRITE", "READ"] and "Verifying data" in r.stdout,
+          f"job file: a write, then its read-back: {r.stdout}")
+    check(not job_lines(r.stdout), "no per-job lines without -J")
+    for m in lines:
+        check(m["threads"] == "3" and m["xfer"] == "GPUD", f"job file: Threads {m['threads']}")
+        check(int(m["done"]) == int(m["total"]) == 3 * 2048, f"job file: DataSetSize {m[0]}")
+        check(int(m["io_kib"]) == mean_io_kib(m), f"job file: IOSize is the mean: {m[0]}")
+    check(all(os.path.getsize(os.path.join(d, f"gdsio.{n}")) == 2 * MIB
+              for d, n in ((a, 0), (a, 1), (b, 0))), "job file: one file per thread per job")
+
+    j = bench("-J", two)
+    write_part = j.stdout.split("Verifying data")[0]  # the write's lines, then the read-back's
+    jobs = job_lines(write_part) if check(j.returncode == 0, f"-J: {j.stderr}") else {}
+    check(list(jobs) == ["job1", "job2"] and list(job_lines(j.stdout)) == ["job1", "job2"],
+          f"-J: a line per job: {j.stdout}")
+    check(j.stdout.splitlines()[2].startswith("IoType: WRITE"), f"-J: jobs first: {j.stdout}")
+    if len(jobs) == 2:
+        total = result_lines(write_part)[0]
+        check(jobs["job1"]["threads"] == "2" and jobs["job2"]["threads"] == "1", "-J threads")
+        check(jobs["job1"]["io_kib"] == "64", f"-J job1 keeps [global]'s bs: {jobs['job1'][0]}")
+        check(int(jobs["job1"]["ops"]) + int(jobs["job2"]["ops"]) == int(total["ops"]),
+              "-J: the total's ops are the jobs' sum")
+        check(max(float(jobs[k]["secs"]) for k in jobs) == float(total["secs"]),
+              "-J: the total's time is the longest job's")
+
+    timed = write_job_file(os.path.join(tmp, "timed.gdsio"), f"""[global]
+rw=randread
+bs=64K
+size=2M
+runtime=1
+[job1]
+num_threads=2
+directory={a}
+[job2]
+directory={b}
+""")
+    t = bench(timed)
+    m = result_lines(t.stdout)[0] if check(t.returncode == 0, f"timed jobs: {t.stderr}") else None
+    if m:
+        check(m["io"] == "RANDREAD" and int(m["done"]) > int(m["total"]), f"runtime wraps: {m[0]}")
+        check(0.9 < float(m["secs"]) < 3, f"runtime=1 takes about a second: {m['secs']}")
+
+    batch = write_job_file(os.path.join(tmp, "batch.gdsio"), f"""[global]
+xfer_type=6
+rw=read
+bs=64K
+size=2M
+[job1]
+num_threads=2
+directory={a}
+[job2]
+num_threads=1
+directory={b}
+""")
+    t = bench(batch)
+    m = result_lines(t.stdout)[0] if check(t.returncode == 0, f"batch jobs: {t.stderr}") else None
+    if m:
+        check(m["xfer"] == "GPU_BATCH" and m["threads"] == "1" and m["depth"] == "3",
+              f"batch jobs add their depths: {m[0]}")
+
+
+def bad_job_files(tmp):
+    """A bad job file is named with its line and exits 2 before anything runs."""
+    base = "[global]\nrw=read\nbs=64K\nsize=1M\n"
+    cases = [(base + "blocksize=4K\n[job1]\ndirectory=/d\n", ":5: unknown key 'blocksize'"),
+             (base + "bs 4K\n", ":5: expected [section]"),
+             (base + "[job1\n", ":5: malformed section header"),
+             (base + "[job1]\n", ":5: [job1]: no directory or filename"),
+             (base + "[job1]\ndirectory=/d\nrw=sideways\n", ":7: rw=sideways"),
+             (base + "[job1]\ndirectory=/d\n[job2]\nrw=write\ndirectory=/e\n",
+              ":8: rw=write in [job2] differs from rw=read in [job1]"),
+             (base, ": no job section")]
+    for k, (text, says) in enumerate(cases):
+        path = write_job_file(os.path.join(tmp, f"bad{k}.gdsio"), text)
+        r = bench(path)
+        check(r.returncode == 2 and f"{path}{says}" in r.stderr and not r.stdout,
+              f"bad job file {k}: rc {r.returncode}: {r.stderr}")
+    r = bench(os.path.join(tmp, "missing.gdsio"))
+    check(r.returncode == 2 and "cannot read the job file" in r.stderr, f"missing: {r.stderr}")
+    r = bench("-s", "1M", os.path.join(tmp, "bad0.gdsio"))
+    check(r.returncode == 2 and "only -J and --json" in r.stderr, f"flags with a file: {r.stderr}")
+
+
+def shipped_examples(tmp):
+    """examples/bench/*.gdsio run as shipped, but small: directories in tmp, 1 MiB per thread,
+    1 s, and two (test double) GPUs."""
+    names = sorted(n for n in os.listdir(EXAMPLES) if n.endswith(".gdsio"))
+    check(len(names) >= 2, f"examples shipped: {names}")
+    dirs = {}
+
+    def local_dir(shipped):
+        """The same directory in tmp for the same shipped directory, across the examples."""
+        return dirs.setdefault(shipped, os.path.join(tmp, f"ex{len(dirs)}"))
+    for name in ["write-verify.gdsio"] + [n for n in names if n != "write-verify.gdsio"]:
+        with open(os.path.join(EXAMPLES, name)) as f:
+            text = f.read()
+        text = re.sub(r"(?m)^size=.*$", "size=1M", text)
+        text = re.sub(r"(?m)^runtime=.*$", "runtime=1", text)
+        text = re.sub(r"(?m)^directory=(.*)$", lambda d: "directory=" + local_dir(d[1]), text)
+        for d in dirs.values():
+            os.makedirs(d, exist_ok=True)
+        path = write_job_file(os.path.join(tmp, name), text)
+        r = bench_env("-J", path, FAKECUDA_DEVICES="2")
+        check(r.returncode == 0 and len(result_lines(r.stdout)) >= 1,
+              f"example {name}: rc {r.returncode}: {r.stderr}")
+
+
 def main():
     global GPUFILE
     GPUFILE = sys.argv[1]
@@ -349,6 +583,8 @@ def main():
             for io_size in ([MIB] if quick else [64 * 1024, MIB]):
                 for random in ([False] if quick else [False, True]):
                     write_then_read(path, xfer, io_size, random)
+        io_size_ranges(path, [0, 2] if quick else list(LABELS))
+        job_files(tmp)
         if quick:
             r = bench("-f", path, "-s", FILE_SIZE, "-i", MIB, "-x", 0)
             check("no GPU" in r.stderr, f"no-GPU note: {r.stderr}")
@@ -363,6 +599,10 @@ def main():
             sweeps(tmp)
             unwritable_output_fails_first(tmp)
             bad_flags_give_usage(path)
+            io_size_range_details(tmp)
+            bad_io_ranges_give_usage(path)
+            bad_job_files(tmp)
+            shipped_examples(tmp)
     print(f"{len(failures)} failure(s)")
     return 1 if failures else 0
 
