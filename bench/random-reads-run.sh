@@ -8,7 +8,8 @@
 # Prints one markdown table; with $OUT set also writes $OUT/random_reads.{json,md,log}.
 # Knobs (environment): BUILD (build/gpu), RR_DIR (/tmp/gf-rr), RR_FILE_MIB (4096),
 # RR_SECONDS (3), RR_IO ("4096 65536"), RR_THREADS ("1 8 16"), RR_CUDA_INCLUDE (a dir with
-# cuda.h; found from nvcc otherwise). Takes about 2 minutes with the defaults.
+# cuda.h; found from nvcc otherwise), GPUFILE_COMMIT (the commit build/gpu holds, for the
+# table's header; else git). Takes about 2 minutes with the defaults.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 
@@ -159,6 +160,10 @@ def gpu_name():
         return "no nvidia-smi"
 
 def commit():
+    # The device tool's copy of the tree may carry stale git metadata: let the caller say which
+    # commit build/gpu was built from.
+    if os.environ.get("GPUFILE_COMMIT"):
+        return os.environ["GPUFILE_COMMIT"]
     try:
         return subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True,
                               text=True).stdout.strip()

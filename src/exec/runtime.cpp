@@ -156,6 +156,17 @@ Error copy_small(SmallPool::Buffer& b, cuda::CUcontext ctx, bool to_device, cuda
 
 // The largest DIO alignment the staging grid supports; files demanding more use the page cache.
 constexpr uint32_t kMaxDioAlign = 4096;
+
+// Reads of up to this size run on the caller's thread, as small IO does (kernel reads, then one
+// copy), when cutting them over the workers buys nothing: when the request is one piece anyway,
+// or when kBusyCallers synchronous calls run at once, so the callers already keep the machine
+// busy and every hand-off to a worker and back is pure delay. Measured on the H100
+// (bench/probe_waits.sh, docs/performance.md), warm page cache, GiB/s, caller's thread vs
+// workers (the naive pread + copy loop): 256 KiB x 1 thread 4.22 vs 2.24 (4.29); 256 KiB x 4
+// 14.94 vs 9.85 (9.44); 1 MiB x 4 18.53 vs 14.65 (15.48); 1 MiB x 8 24.95 vs 14.83 (16.27); but
+// one thread's 1 MiB calls go faster cut over the workers: 5.50 vs 7.62 (5.43).
+constexpr uint64_t kCallerReadMax = 1 << 20;
+constexpr int kBusyCallers = 4;
 constexpr uint32_t kPageSize = 4096;
 
 }  // namespace
@@ -165,9 +176,11 @@ constexpr uint32_t kPageSize = 4096;
 struct Session {
   Settings settings;
   std::unique_ptr<exec::Executor> exec;
-  SmallPool small;
+  SmallPool small;   // staging of small IO on the caller's thread
+  SmallPool medium;  // ... and of reads that run there up to kCallerReadMax
   bool gpu = false;
   std::atomic<int> inflight{0};
+  std::atomic<int> sync_calls{0};  // synchronous calls in Runtime::run right now
 
   std::mutex files_mu;
   std::unordered_map<uintptr_t, std::shared_ptr<FileHandle>> files;  // by handle token
@@ -191,13 +204,17 @@ namespace {
 
 // Page-cache reads into the GPU are bound by the CPU copy out of the cache (every byte crosses
 // memory three times: page cache, slab, DMA), so reaching the PCIe ceiling (about 45-51 GiB/s)
-// takes many workers.
-// Measured on the 16-core H100 machine (docs/performance.md): 2026-11-22, 4 GiB file: 4 workers
-// 23 GiB/s, 8: 33, 12: 42, 16: 38; 2026-11-23, 7.8 GB checkpoint, warm: 4: 27 GB/s, 8: 33,
-// 12: 37-39, 16: 44, and from /dev/shm 12: 33, 16: 38-39. One worker per core, 4 to 16.
+// takes many workers, but not one per core: workers spin while the driver waits for their
+// copies, and past the ceiling more of them only burn CPU and crowd the callers' threads.
+// Measured on the 16-core H100 machine (bench/probe_workers.sh, docs/performance.md, two rounds,
+// warm 4 GiB file / /dev/shm, GiB/s and CPU-s/GiB): 8 workers 47.8-47.9 (0.17) / 39-40;
+// 12 workers 45.0-48.5 (0.24-0.26) / 45.2-46.1; 16 workers 44.0-46.6 (0.33-0.35) / 42.8-46.7;
+// 1 MiB x 4 calls 16.3-16.5 GiB/s with 12 against 15.2-15.4 with 16. Three per four cores,
+// 4 to 16.
 size_t automatic_workers() {
   long cores = sysconf(_SC_NPROCESSORS_ONLN);
-  return std::clamp<size_t>(cores > 0 ? static_cast<size_t>(cores) : 4, 4, 16);
+  const size_t three_quarters = cores > 0 ? static_cast<size_t>(cores) * 3 / 4 : 4;
+  return std::clamp<size_t>(three_quarters, 4, 16);
 }
 
 exec::ExecutorConfig executor_config(const Settings& s) {
@@ -233,6 +250,7 @@ Error start_session(Session& s) {
   if (!s.exec->engine_note().empty() && s.settings.engine == EnginePolicy::automatic)
     GPUFILE_LOG(LogLevel::error, "%s", s.exec->engine_note().c_str());
   s.small.init(s.settings.small_io_threshold_kb * 1024 + 2 * kMaxDioAlign, 16);
+  if (s.settings.small_io_threshold_kb > 0) s.medium.init(kCallerReadMax + 2 * kMaxDioAlign, 16);
   return Error::none();
 }
 
@@ -647,12 +665,13 @@ ssize_t first_read_from_cache(FileHandle& f, const exec::Job& job, const exec::S
   return r == -EAGAIN || r == -EOPNOTSUPP ? -EAGAIN : r;
 }
 
-// Small IO on the caller's thread: one kernel IO per segment and a copy waited for.
+// IO on the caller's thread: one kernel IO per segment and a copy waited for.
 // `guessed`, when set, is the file whose small reads guess_cached() believed cached.
-// Returns false when no small staging buffer was free (the caller then uses the executor).
+// Returns false when no staging buffer was free (the caller then uses the executor).
 bool run_inline(Session& s, exec::Job& job, FileHandle* guessed, IoResult* out) {
+  SmallPool& pool = job.len + 2 * kMaxDioAlign <= s.small.bytes() ? s.small : s.medium;
   SmallPool::Buffer* staging = nullptr;
-  if (job.staged() && (staging = s.small.take()) == nullptr) return false;
+  if (job.staged() && (staging = pool.take()) == nullptr) return false;
   char* staging_mem = staging ? staging->mem : nullptr;
   exec::ChunkPlan plan = exec::plan_chunk(job, job.file_off, job.len, staging_mem);
   const bool read = job.kind == sys::IoKind::read;
@@ -679,7 +698,7 @@ bool run_inline(Session& s, exec::Job& job, FileHandle* guessed, IoResult* out) 
   if (err.ok() && !read && got < job.len) err = Error::sys(EIO);
   if (err.ok() && job.staged() && read && got > 0)
     err = copy_small(*staging, job.mem.context, true, job.addr, slab_data, got);
-  if (staging) s.small.give(staging);
+  if (staging) pool.give(staging);
   *out = err ? IoResult{0, err} : IoResult{got, Error::none()};
   return true;
 }
@@ -700,6 +719,14 @@ void record(const Io& io, const IoResult& r, bool ran_inline) {
   if (!r.ok() || r.bytes == 0) return;
   auto op = io.job.kind == sys::IoKind::read ? stats::Op::read : stats::Op::write;
   stats::record_path(op, path_of(io, ran_inline), r.bytes);
+}
+
+// Whether a read too large for the small-IO path still runs on the caller's thread (see
+// kCallerReadMax), `callers` synchronous calls counting this one.
+bool read_on_caller(const Session& s, const exec::Job& job, int callers) {
+  if (job.kind != sys::IoKind::read || job.len > kCallerReadMax) return false;
+  if (s.settings.small_io_threshold_kb == 0) return false;  // the caller's thread is off
+  return callers >= kBusyCallers || s.exec->chunk_step(job.len) >= job.len;
 }
 
 // A synchronous call on GPU memory comes after the work its caller queued on the legacy default
@@ -758,13 +785,20 @@ IoResult Runtime::run_on_this_thread(Io& io) {
 
 IoResult Runtime::run(Io& io) {
   if (io.job.len == 0) return {};
+  Session& s = *io.session_;
+  const int callers = s.sync_calls.fetch_add(1, std::memory_order_relaxed) + 1;
+  struct Uncount {
+    std::atomic<int>& n;
+    ~Uncount() { n.fetch_sub(1, std::memory_order_relaxed); }
+  } uncount{s.sync_calls};
   IoResult r;
-  if (io.inline_ && run_inline(*io.session_, io.job, io.guessed_file(), &r)) {
+  const bool on_caller = io.inline_ || read_on_caller(s, io.job, callers);
+  if (on_caller && run_inline(s, io.job, io.guessed_file(), &r)) {
     record(io, r, true);
     return r;
   }
   LegacyStreamFence fence(io.job);  // until the job is done: its copies may still wait on it
-  io.session_->exec->submit(&io.job);
+  s.exec->submit(&io.job);
   io.job.wait();
   r = io.job.result();
   record(io, r, false);

@@ -3,6 +3,7 @@
 #include <cinttypes>
 
 #include "common.hpp"
+#include "core/stats.hpp"
 
 namespace capi_test {
 namespace {
@@ -370,6 +371,65 @@ TEST_F(Concurrency, RegistrationChurn) {
   }
   for (auto& th : ts) th.join();
   for (int t = 0; t < 8; ++t) EXPECT_EQ(errors[t], "") << "thread " << t;
+}
+
+// Reads of up to 1 MiB run on the caller's thread when cutting them over the workers buys
+// nothing (src/exec/runtime.cpp, kCallerReadMax): a read that is one piece anyway, or any of
+// them while 4 or more synchronous calls run at once. The per-path byte counters say where
+// each call ran ("small_io": the caller's thread). Bytes are checked either way.
+uint64_t caller_thread_bytes() {
+  using gpufile::stats::Path;
+  return gpufile::stats::snapshot().paths[0][static_cast<int>(Path::small_io)].bytes;
+}
+
+TEST_F(Concurrency, MidSizedReadsRunOnTheCallerWhenWorkersAddNothing) {
+  CAPI_REQUIRE_DRIVER();
+  const FakeControls fake = fake_controls();
+  if (!fake.set_async_delay_us) GTEST_SKIP() << "needs the test double's copy delay";
+  Handle h(path_, O_RDONLY);
+  ASSERT_TRUE(h.ok());
+  Watchdog dog(std::chrono::seconds(120), "MidSizedReadsRunOnTheCaller");
+  std::string why;
+  auto one = Buffer::make(Mem::device, MiB, &why);
+  ASSERT_TRUE(one) << why;
+  auto read_exact = [&](Buffer& b, uint64_t off, size_t n) {
+    ASSERT_EQ(cuFileRead(h.get(), b.ptr(), n, static_cast<off_t>(off), 0), static_cast<ssize_t>(n));
+    std::vector<uint8_t> got = b.read_back(0, n);
+    ASSERT_EQ(first_mismatch(got.data(), shadow_.data() + off, n), "");
+  };
+  uint64_t before = caller_thread_bytes();
+  read_exact(*one, 3 * MiB + 4096, 200 * KiB);  // one piece: the caller's thread
+  EXPECT_EQ(caller_thread_bytes() - before, 200 * KiB);
+  before = caller_thread_bytes();
+  read_exact(*one, 5 * MiB, MiB);  // alone: cut over the workers
+  EXPECT_EQ(caller_thread_bytes() - before, 0u);
+
+  // Eight callers whose copies take 5 ms each (the test double's delay): they overlap, so
+  // most of their 1 MiB reads see 4 or more calls running and stay on their threads.
+  fake.set_async_delay_us(5000);
+  AtExit undo([&] { fake.set_async_delay_us(0); });
+  before = caller_thread_bytes();
+  std::vector<std::thread> threads;
+  std::vector<std::string> errors(8);
+  for (int t = 0; t < 8; ++t) {
+    threads.emplace_back([&, t] {
+      bind_context();
+      std::string err;
+      auto b = Buffer::make(Mem::device, MiB, &err);
+      if (!b) return void(errors[t] = err);
+      for (int k = 0; k < 6 && errors[t].empty(); ++k) {
+        const uint64_t off = static_cast<uint64_t>(t * 6 + k) * MiB;
+        if (cuFileRead(h.get(), b->ptr(), MiB, static_cast<off_t>(off), 0) != static_cast<ssize_t>(MiB))
+          errors[t] = "read failed at " + std::to_string(off);
+        else if (std::vector<uint8_t> got = b->read_back(0, MiB);
+                 !first_mismatch(got.data(), shadow_.data() + off, MiB).empty())
+          errors[t] = "wrong bytes at " + std::to_string(off);
+      }
+    });
+  }
+  for (auto& th : threads) th.join();
+  for (int t = 0; t < 8; ++t) EXPECT_EQ(errors[t], "") << "thread " << t;
+  EXPECT_GT(caller_thread_bytes() - before, 0u) << "no busy caller read on its own thread";
 }
 
 }  // namespace
