@@ -192,6 +192,26 @@ struct Session {
   ~Session() { exec.reset(); }  // workers stop before the pools they use go away
 };
 
+namespace {
+
+// Whether a read of `len` bytes is too large for the small-IO path but runs on the caller's
+// thread anyway because it is one piece (see kCallerReadMax).
+bool one_piece_read(const Session& s, sys::IoKind kind, uint64_t len) {
+  if (kind != sys::IoKind::read || len > kCallerReadMax) return false;
+  if (s.settings.small_io_threshold_kb == 0) return false;  // the caller's thread is off
+  return s.exec->chunk_step(len) >= len;
+}
+
+// Whether a read too large for the small-IO path still runs on the caller's thread (see
+// kCallerReadMax), `callers` synchronous calls counting this one.
+bool read_on_caller(const Session& s, const exec::Job& job, int callers) {
+  if (job.kind != sys::IoKind::read || job.len > kCallerReadMax) return false;
+  if (s.settings.small_io_threshold_kb == 0) return false;
+  return callers >= kBusyCallers || one_piece_read(s, job.kind, job.len);
+}
+
+}  // namespace
+
 Io::~Io() {
   if (file_) drop(file_->inflight);
   if (buffer_) drop(buffer_->inflight);
@@ -643,7 +663,10 @@ Error Runtime::prepare(sys::IoKind kind, void* handle, const void* base, uint64_
   if (job.mem.kind == cuda::MemKind::host_pageable && !s->settings.allow_system_memory)
     return Error::of(Errc::memory_type_invalid);
   io->inline_ = size <= s->settings.small_io_threshold_kb * 1024;
-  io->read_cached_first_ = io->inline_ && guess_cached(s->settings, f, kind);
+  // Only reads sure to run on this thread may guess (run_inline checks the guess; the workers
+  // would not).
+  io->read_cached_first_ =
+      (io->inline_ || one_piece_read(*s, kind, size)) && guess_cached(s->settings, f, kind);
   job.direct = !io->read_cached_first_ && choose_direct(s->settings, f, kind, job.file_off, size);
   *out = std::move(io);
   return Error::none();
@@ -719,14 +742,6 @@ void record(const Io& io, const IoResult& r, bool ran_inline) {
   if (!r.ok() || r.bytes == 0) return;
   auto op = io.job.kind == sys::IoKind::read ? stats::Op::read : stats::Op::write;
   stats::record_path(op, path_of(io, ran_inline), r.bytes);
-}
-
-// Whether a read too large for the small-IO path still runs on the caller's thread (see
-// kCallerReadMax), `callers` synchronous calls counting this one.
-bool read_on_caller(const Session& s, const exec::Job& job, int callers) {
-  if (job.kind != sys::IoKind::read || job.len > kCallerReadMax) return false;
-  if (s.settings.small_io_threshold_kb == 0) return false;  // the caller's thread is off
-  return callers >= kBusyCallers || s.exec->chunk_step(job.len) >= job.len;
 }
 
 // A synchronous call on GPU memory comes after the work its caller queued on the legacy default

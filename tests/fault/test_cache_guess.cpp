@@ -57,6 +57,17 @@ TEST_F(CacheGuess, SmallReadsOfACachedFileSkipCachestat) {
   EXPECT_GE(faults.seen(nowait), kReads - 3u) << "small reads of cached data did not use RWF_NOWAIT";
 }
 
+// Reads of up to 1 MiB that are one piece for the executor (up to gpufile.min_chunk_kb, 256 KiB
+// by default) run on the caller's thread too, and guess the same way.
+TEST_F(CacheGuess, OnePieceReadsGuessToo) {
+  constexpr uint64_t kPiece = 200 * 1024;
+  GuardedBuffer b(kPiece, 0);
+  const size_t asks = count(FaultOp::cachestat), nowait = count(FaultOp::pread_cached);
+  for (int i = 0; i < 10; ++i) expect_read_exact(b, spread(i) % (file_size - kPiece), kPiece);
+  EXPECT_LE(faults.seen(asks), 3u);
+  EXPECT_GE(faults.seen(nowait), 7u);
+}
+
 TEST_F(CacheGuess, AWrongGuessStillReadsEveryByteAndIsDropped) {
   GuardedBuffer b(kSmall, 100);
   expect_read_exact(b, 0, kSmall);  // cached: the guess is set
