@@ -381,6 +381,9 @@ class Run:
         self.warm(self.shm, times=2)
         self.ceiling("page cache read, ext4", self.compare_run("pagecache", self.ext4))
         self.ceiling("page cache read, /dev/shm", self.compare_run("pagecache", self.shm))
+        self.write_ceilings()
+
+    def write_ceilings(self):
         for where, path in (("ext4", self.ext4), ("/dev/shm", self.shm)):
             best = None
             for n in (1, os.cpu_count()):
@@ -440,6 +443,10 @@ class Run:
     def write_case(self, case, path, ceiling):
         size = os.path.getsize(path)
         add = lambda loader, res: self.add(case, loader, res, ceiling)
+        # Not recorded, a write that puts every loader after the first one: on the H100 machine
+        # the first 4 GiB /dev/shm write of a run went at 1.86-1.87 GiB/s twice, later ones at
+        # 2.5-2.9 (bench/probe_tuning.sh and this harness), and the first row was gpufile's.
+        self.compare_run("naive-write", path)
         add("gpufile (cuFileWrite)", self.compare_run("gpufile-write", path))
         for loader, spec in (("libcufile 1.15 (NVIDIA)", {"kind": "libcufile", "lib": self.args.libcufile}),
                              ("torch.cuda.gds", {"kind": "torch-gds"})):
@@ -456,6 +463,9 @@ class Run:
         self.read_case("warm ext4 read", self.ext4, "h2d-pinned")
         self.read_case("/dev/shm read", self.shm, "h2d-pinned")
         self.read_case("cold ext4 read", self.ext4, "disk O_DIRECT read (dd 16M)")
+        self.write_cases()
+
+    def write_cases(self):
         self.say("sequential writes from the GPU, whole file")
         self.write_case("ext4 write + fsync", self.ext4, "file write + fsync, ext4")
         self.write_case("/dev/shm write", self.shm, "file write + fsync, /dev/shm")
@@ -570,7 +580,8 @@ def main():
     ap.add_argument("--seconds", type=int, default=1, help="duration of each sweep / random point")
     ap.add_argument("--libcufile", default="/usr/local/cuda/lib64/libcufile.so.0")
     ap.add_argument("--sections", default="ceilings,sequential,sweep,random",
-                    help="comma list of ceilings, sequential, sweep, random; or shm (that case alone)")
+                    help="comma list of ceilings, sequential, sweep, random; or shm / writes "
+                         "(those cases alone, with their ceilings)")
     a = ap.parse_args()
     os.makedirs(a.out, exist_ok=True)
     run = Run(a)
@@ -580,9 +591,18 @@ def main():
         run.make_files()
         if "ceilings" in sections or "sequential" in sections:
             run.ceilings_section()
-        elif "shm" in sections:  # the /dev/shm read case alone, with the ceiling it is measured against
-            run.ceiling("h2d-pinned", run.compare_run("h2d-pinned"))
+        else:  # the ceilings the cases below are measured against
+            if "shm" in sections or "writes" in sections:
+                run.ceiling("h2d-pinned", run.compare_run("h2d-pinned"))
+            if "shm" in sections:
+                run.warm(run.shm, times=2)
+                run.ceiling("page cache read, /dev/shm", run.compare_run("pagecache", run.shm))
+            if "writes" in sections:
+                run.write_ceilings()
+        if "shm" in sections:  # the /dev/shm read case alone
             run.read_case("/dev/shm read", run.shm, "h2d-pinned")
+        if "writes" in sections:  # the write cases alone
+            run.write_cases()
         if "sequential" in sections:
             run.sequential_section()
         if "sweep" in sections:
