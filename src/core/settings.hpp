@@ -67,7 +67,7 @@ struct Settings {
   // ---- gpufile's own (GPUFILE_* environment variables, "gpufile" block in cufile.json) --------
   EnginePolicy engine = EnginePolicy::automatic;       // GPUFILE_ENGINE: auto|io_uring|posix
   DirectIoPolicy direct_io = DirectIoPolicy::automatic;  // GPUFILE_DIRECT_IO: auto|always|never
-  size_t workers = 0;              // GPUFILE_WORKERS: IO worker threads; 0 = one per core, 4 to 16
+  size_t workers = 0;              // GPUFILE_WORKERS: IO worker threads; 0 = 3 per 4 cores, 4 to 16
   size_t slab_size_kb = 4096;      // GPUFILE_SLAB_SIZE_KB: one pinned staging slab
   size_t slabs_per_worker = 2;     // GPUFILE_SLABS_PER_WORKER: k in the staging ring (measured: docs/performance.md)
   size_t ring_depth = 64;          // GPUFILE_RING_DEPTH: io_uring submission queue entries

@@ -270,7 +270,9 @@ Error start_session(Session& s) {
   if (!s.exec->engine_note().empty() && s.settings.engine == EnginePolicy::automatic)
     GPUFILE_LOG(LogLevel::error, "%s", s.exec->engine_note().c_str());
   s.small.init(s.settings.small_io_threshold_kb * 1024 + 2 * kMaxDioAlign, 16);
-  if (s.settings.small_io_threshold_kb > 0) s.medium.init(kCallerReadMax + 2 * kMaxDioAlign, 16);
+  // Host memory is read into directly: only GPU memory needs staging.
+  if (s.gpu && s.settings.small_io_threshold_kb > 0)
+    s.medium.init(kCallerReadMax + 2 * kMaxDioAlign, 16);
   return Error::none();
 }
 
