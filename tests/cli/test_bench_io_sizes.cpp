@@ -10,6 +10,7 @@
 #include "cli/bench/io_sizes.hpp"
 #include "cli/bench/lanes.hpp"
 #include "cli/bench/options.hpp"
+#include "tests/cli/bench_args.hpp"
 #include "cli/bench/report.hpp"
 #include "cli/bench/sweep.hpp"
 
@@ -111,13 +112,7 @@ TEST(BenchIoSizes, VerifyNeedsRoomForTheBlockHeader) {
 
 // ---- the flag -------------------------------------------------------------------------
 
-bool parse(std::vector<std::string> args, Options* o) {
-  args.insert(args.begin(), "bench");
-  std::vector<char*> argv;
-  for (std::string& a : args) argv.push_back(a.data());
-  argv.push_back(nullptr);
-  return parse_options(static_cast<int>(args.size()), argv.data(), o);
-}
+using test_support::parse;
 
 TEST(BenchIoSizes, FlagSetsTheRangeAndSizesBuffersForMax) {
   Options o;

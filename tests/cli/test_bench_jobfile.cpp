@@ -12,6 +12,7 @@
 #include "cli/bench/jobs.hpp"
 #include "cli/bench/numa.hpp"
 #include "cli/bench/options.hpp"
+#include "tests/cli/bench_args.hpp"
 
 namespace gpufile::cli::benchmark {
 namespace {
@@ -292,13 +293,7 @@ TEST(BenchJobFile, JobsShareRwXferTypeAndVerify) {
 
 // ---- the command line ---------------------------------------------------------------------
 
-bool parse(std::vector<std::string> args, Options* o) {
-  args.insert(args.begin(), "bench");
-  std::vector<char*> argv;
-  for (std::string& a : args) argv.push_back(a.data());
-  argv.push_back(nullptr);
-  return parse_options(static_cast<int>(args.size()), argv.data(), o);
-}
+using test_support::parse;
 
 TEST(BenchJobFile, CommandLineTakesOneFileWithJAndJson) {
   Options o;
