@@ -34,9 +34,10 @@ class Buffer {
 
  private:
   Buffer() = default;
-  void from_cuda_array_interface(nb::handle obj, bool writable);
+  void from_cuda_array_interface(nb::handle cai, bool writable);
+  bool from_cai_fast(PyObject* cai, bool writable);
   void from_buffer_protocol(nb::handle obj, bool writable);
-  void from_dlpack(nb::handle obj);
+  void from_dlpack(nb::handle obj, nb::handle dlpack_method);
 
   uint64_t addr_ = 0;
   uint64_t nbytes_ = 0;
@@ -53,7 +54,8 @@ uint64_t contiguous_bytes(const int64_t* shape, const int64_t* strides_bytes, in
 
 // Waits for the work queued on a CUDA stream given as an integer handle (0 is the legacy
 // default stream, 1 and 2 the legacy and per-thread default streams, as in the CUDA array
-// interface). Does nothing without a CUDA driver.
+// interface). Does nothing without a CUDA driver. A stream other than the legacy one that is
+// already idle costs one cuStreamQuery, with the GIL kept.
 void synchronize_stream(uintptr_t stream);
 
 }  // namespace gpufile::py

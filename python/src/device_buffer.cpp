@@ -83,6 +83,7 @@ class DeviceBuffer {
     if (r != cuda::CUDA_SUCCESS) raise(Error::cu(r), to_host ? "cuMemcpyDtoH" : "cuMemcpyHtoD");
   }
 
+  // device_buffer_memory() says the same without the dict: change both together.
   nb::dict cuda_array_interface() const {
     nb::dict d;
     d["shape"] = nb::make_tuple(nbytes_);
@@ -165,6 +166,16 @@ nb::object export_view(nb::handle self, uint64_t offset, nb::tuple shape, int co
 }
 
 }  // namespace
+
+bool device_buffer_memory(nb::handle obj, uint64_t* addr, uint64_t* nbytes) {
+  if (Py_TYPE(obj.ptr()) != reinterpret_cast<PyTypeObject*>(nb::type<DeviceBuffer>().ptr()) ||
+      !nb::inst_ready(obj))  // not constructed: the general path refuses it, as before
+    return false;
+  const DeviceBuffer& b = nb::cast<const DeviceBuffer&>(obj);
+  *addr = b.ptr();
+  *nbytes = b.nbytes();
+  return true;
+}
 
 void register_device_buffer(nb::module_ m) {
   nb::class_<DeviceBuffer>(m, "DeviceBuffer",

@@ -6,8 +6,15 @@
 
 #include <nanobind/nanobind.h>
 
+#include <cstdint>
+
 namespace gpufile::py {
 
 void register_device_buffer(nanobind::module_ m);
+
+// If `obj` is a gpufile.DeviceBuffer itself (not a subclass, which may export other memory),
+// its address and size, which is all its __cuda_array_interface__ says (writable, no stream),
+// without building that dict; false for any other object.
+bool device_buffer_memory(nanobind::handle obj, uint64_t* addr, uint64_t* nbytes);
 
 }  // namespace gpufile::py

@@ -182,6 +182,7 @@ class PyFile {
  public:
   PyFile(const std::string& path, const std::string& mode) : mode_(mode) {
     const int flags = open_flags(mode);
+    access_ = flags & O_ACCMODE;
     Error e;
     {
       nb::gil_scoped_release unlocked;
@@ -293,8 +294,7 @@ class PyFile {
   // mode does not allow.
   void check_open(sys::IoKind kind) const {
     check_open();
-    const int access = open_flags(mode_) & O_ACCMODE;
-    const bool ok = kind == sys::IoKind::read ? access != O_WRONLY : access != O_RDONLY;
+    const bool ok = kind == sys::IoKind::read ? access_ != O_WRONLY : access_ != O_RDONLY;
     if (!ok) {
       nb::object unsupported = nb::module_::import_("io").attr("UnsupportedOperation");
       PyErr_SetString(unsupported.ptr(), kind == sys::IoKind::read ? "File not open for reading"
@@ -331,6 +331,7 @@ class PyFile {
 
   std::unique_ptr<api::File> file_;
   std::string mode_;
+  int access_ = O_RDONLY;  // O_RDONLY, O_WRONLY or O_RDWR, from the mode once (checked per IO)
 };
 
 // ---- settings and statistics -----------------------------------------------------------------

@@ -1,0 +1,197 @@
+"""How File.read / File.write resolve memory given through __cuda_array_interface__: the forms
+the fast path takes, the ones it hands to the general path (same answers and errors as before),
+and the producer's stream being waited for."""
+import ctypes
+import os
+
+import numpy as np
+import pytest
+
+import gpufile
+from conftest import device_bytes, needs_gpu_driver
+
+FAKE = os.environ.get("GPUFILE_CUDA_LIBRARY", "")
+needs_fake = pytest.mark.skipif("fakecuda" not in FAKE or not gpufile.cuda_available(),
+                                reason="drives the CUDA driver test double directly")
+
+
+class Cai:
+    """Exports (part of) a DeviceBuffer through __cuda_array_interface__ alone; `fields`
+    replace or (as None values of `drop`) remove entries. Counts how often it is asked."""
+
+    def __init__(self, owner, offset=0, drop=(), **fields):
+        self.owner, self.offset, self.drop, self.fields = owner, offset, drop, fields
+        self.asked = 0
+
+    @property
+    def __cuda_array_interface__(self):
+        self.asked += 1
+        d = {"shape": (self.owner.nbytes - self.offset,), "typestr": "|u1",
+             "data": (self.owner.ptr + self.offset, False), "strides": None, "version": 3,
+             "stream": None}
+        d.update(self.fields)
+        for k in self.drop:
+            del d[k]
+        return d
+
+
+@needs_gpu_driver
+@pytest.mark.parametrize("form", [
+    {},
+    {"drop": ("stream", "strides"), "version": 2},
+    {"strides": (1,)},
+    {"shape": (64, 64), "strides": (64, 1)},
+    {"shape": (64, 64), "strides": None},
+    {"shape": (1024,), "typestr": "<f4", "strides": (4,)},
+    {"shape": (1, 4096), "strides": (7, 1)},     # a dimension of 1 may have any stride
+    {"typestr": "<u01"},                         # zero-padded size: the general path parses it
+])
+def test_cai_forms_read_the_same_bytes(data_file, form):
+    path, data = data_file(4096)
+    buf = gpufile.DeviceBuffer(4096)
+    with gpufile.open(path) as f:
+        assert f.read(Cai(buf, **form)) == 4096
+    assert np.array_equal(device_bytes(buf), data)
+
+
+@needs_gpu_driver
+def test_cai_refusals_keep_their_messages(data_file):
+    path, _ = data_file(4096)
+    buf = gpufile.DeviceBuffer(4096)
+    with gpufile.open(path, "r+") as f:
+        with pytest.raises(ValueError, match="C-contiguous"):
+            f.read(Cai(buf, shape=(32, 64), strides=(128, 1)))
+        with pytest.raises(ValueError, match="read-only"):
+            f.read(Cai(buf, data=(buf.ptr, True)))
+        assert f.write(Cai(buf, data=(buf.ptr, True))) == 4096  # a write may read it
+        with pytest.raises(ValueError, match="bad typestr"):
+            f.read(Cai(buf, typestr="|u"))
+        with pytest.raises(ValueError, match="negative dimension"):
+            f.read(Cai(buf, shape=(-1,)))
+        with pytest.raises(ValueError, match="differ in length"):
+            f.read(Cai(buf, shape=(64, 64), strides=(1,)))
+        with pytest.raises(ValueError, match="does not fit"):
+            f.read(Cai(buf, offset=100), size=4096)
+
+
+def test_cai_is_read_once_and_a_failing_one_counts_as_absent(data_file):
+    path, data = data_file(4096)
+
+    class Broken:
+        @property
+        def __cuda_array_interface__(self):
+            raise RuntimeError("not today")
+
+    with gpufile.open(path) as f:
+        with pytest.raises(TypeError, match="neither"):  # as hasattr() said before
+            f.read(Broken())
+        if gpufile.cuda_available():
+            c = Cai(gpufile.DeviceBuffer(4096))
+            assert f.read(c) == 4096
+            assert c.asked == 1  # not once to test for it and once to use it
+
+
+@needs_gpu_driver
+def test_device_buffer_subclass_uses_its_own_interface(data_file):
+    path, data = data_file(4096)
+
+    class Shifted(gpufile.DeviceBuffer):
+        @property
+        def __cuda_array_interface__(self):
+            return {"shape": (self.nbytes - 16,), "typestr": "|u1", "data": (self.ptr + 16, False),
+                    "version": 3}
+
+    buf = Shifted(4096)
+    with gpufile.open(path) as f:
+        assert f.read(buf) == 4096 - 16
+        assert f.read(gpufile.DeviceBuffer(4096)) == 4096  # the exact type: its own memory
+    assert np.array_equal(device_bytes(buf)[16:], data[:4096 - 16])
+
+
+# ---- the producer's stream ----------------------------------------------------------------------
+
+class FakeCuda:
+    """The test double's driver entry points, with the device's primary context made current
+    on this thread (what a framework does before it queues work)."""
+
+    def __init__(self):
+        self.lib = ctypes.CDLL(FAKE)
+        # Opening the driver may make a context current on this thread, which later tests use:
+        # open it first, so that close() puts back the context it set.
+        if not gpufile.driver_is_open():
+            gpufile.driver_open()
+        self.ctx, self.was_current = ctypes.c_void_p(), ctypes.c_void_p()
+        self.streams = []
+        assert self.lib.cuCtxGetCurrent(ctypes.byref(self.was_current)) == 0
+        assert self.lib.cuDevicePrimaryCtxRetain(ctypes.byref(self.ctx), 0) == 0
+        assert self.lib.cuCtxSetCurrent(self.ctx) == 0
+
+    def close(self):  # leaves the thread and the driver as the other tests expect them
+        self.lib.fakecuda_set_async_delay_us(0)
+        for s in self.streams:
+            self.synchronize(s)
+            self.lib.cuStreamDestroy_v2(ctypes.c_void_p(s))
+        self.lib.cuCtxSetCurrent(self.was_current)
+        self.lib.cuDevicePrimaryCtxRelease_v2(0)
+
+    def calls(self, name):
+        self.lib.fakecuda_call_count.restype = ctypes.c_ulonglong
+        return self.lib.fakecuda_call_count(name.encode())
+
+    def new_stream(self):
+        s = ctypes.c_void_p()
+        assert self.lib.cuStreamCreate(ctypes.byref(s), 0) == 0
+        self.streams.append(s.value)
+        return s.value
+
+    def memset_async(self, ptr, value, n, stream):
+        self.lib.cuMemsetD8Async.argtypes = [ctypes.c_uint64, ctypes.c_ubyte, ctypes.c_size_t,
+                                             ctypes.c_void_p]
+        assert self.lib.cuMemsetD8Async(ptr, value, n, stream) == 0
+
+    def synchronize(self, stream):
+        assert self.lib.cuStreamSynchronize(ctypes.c_void_p(stream)) == 0
+
+
+@pytest.fixture
+def fake():
+    f = FakeCuda()
+    yield f
+    f.close()
+
+
+@needs_fake
+@pytest.mark.parametrize("which", ["legacy", "created"])
+def test_cai_stream_work_is_waited_for(tmp_path, fake, which):
+    """A pwrite (no ordering of its own) of memory whose producer still has a slow memset
+    queued on the stream its interface names writes the memset's bytes."""
+    n = 64 * 1024
+    buf = gpufile.DeviceBuffer(n)
+    stream = 1 if which == "legacy" else fake.new_stream()
+    fake.lib.fakecuda_set_async_delay_us(200_000)
+    fake.memset_async(buf.ptr, 0xAB, n, stream)
+    with gpufile.open(tmp_path / "out.bin", "w") as f:
+        assert f.pwrite(Cai(buf, stream=stream)).result() == n
+    assert (tmp_path / "out.bin").read_bytes() == b"\xab" * n
+
+
+@needs_fake
+def test_an_idle_stream_is_only_queried(data_file, fake):
+    """An idle stream other than the legacy one needs no cuStreamSynchronize; the legacy stream
+    is still synchronized (it may also wait for blocking streams' work)."""
+    path, data = data_file(4096)
+    buf = gpufile.DeviceBuffer(4096)
+    stream = fake.new_stream()
+    fake.memset_async(buf.ptr, 1, 4096, stream)
+    fake.synchronize(stream)
+
+    def syncs_of_a_read(f, stream):  # the IO's own synchronizations included
+        before = fake.calls("cuStreamSynchronize")
+        assert f.read(Cai(buf, stream=stream)) == 4096
+        return fake.calls("cuStreamSynchronize") - before
+
+    with gpufile.open(path) as f:
+        own = syncs_of_a_read(f, None)
+        assert syncs_of_a_read(f, stream) == own
+        assert syncs_of_a_read(f, 1) == own + 1
+    assert np.array_equal(device_bytes(buf), data)
