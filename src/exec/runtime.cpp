@@ -80,14 +80,15 @@ void drop(std::atomic<int>& counter) {
   if (counter.fetch_sub(1, std::memory_order_acq_rel) == 1) counter.notify_all();
 }
 
-// Pinned buffers for small IO run inline on the caller's thread, each with a CUDA stream of its
-// own for the copy. Synchronous copies on the legacy default stream run one after another
-// whatever thread issues them: a pread + cuMemcpyHtoD loop of 4 KiB reads got no more IOPS from
-// 16 threads than from one (H100, docs/performance.md). The streams are blocking ones, so a copy still waits for work the caller
-// queued on the legacy stream before the call (a cuMemcpyHtoD from pageable memory may return
-// before its data has landed: without the wait, a small cuFileWrite right after one wrote the
-// old bytes on the H100), while copies of different threads no longer wait for each other.
-class SmallPool {
+// Pinned buffers for IO run on the caller's thread (small IO, and reads up to kCallerReadMax),
+// each with a CUDA stream of its own for the copy. Synchronous copies on the legacy default
+// stream run one after another whatever thread issues them: a pread + cuMemcpyHtoD loop of
+// 4 KiB reads got no more IOPS from 16 threads than from one (H100, docs/performance.md). The
+// streams are blocking ones, so a copy still waits for work the caller queued on the legacy
+// stream before the call (a cuMemcpyHtoD from pageable memory may return before its data has
+// landed: without the wait, a small cuFileWrite right after one wrote the old bytes on the
+// H100), while copies of different threads no longer wait for each other.
+class CallerPool {
  public:
   struct Buffer {
     char* mem = nullptr;
@@ -95,7 +96,7 @@ class SmallPool {
     cuda::CUstream stream = nullptr;
   };
 
-  ~SmallPool() {
+  ~CallerPool() {
     const cuda::Driver* d = cuda::driver();
     for (Buffer& b : buffers_) {
       if (b.stream != nullptr && d != nullptr) d->StreamDestroy(b.stream);
@@ -132,11 +133,11 @@ class SmallPool {
   uint64_t bytes_ = 0;
 };
 
-// Copies between a small buffer and the GPU on the buffer's stream (made at first use in `ctx`,
-// the current context) and waits for it. A buffer whose stream belongs to another context (IO
-// for several GPUs) copies synchronously instead.
-Error copy_small(SmallPool::Buffer& b, cuda::CUcontext ctx, bool to_device, cuda::CUdeviceptr dev,
-                 char* host, uint64_t n) {
+// Copies between a caller-thread buffer and the GPU on the buffer's stream (made at first use in
+// `ctx`, the current context) and waits for it. A buffer whose stream belongs to another context
+// (IO for several GPUs) copies synchronously instead.
+Error copy_on_caller_stream(CallerPool::Buffer& b, cuda::CUcontext ctx, bool to_device,
+                            cuda::CUdeviceptr dev, char* host, uint64_t n) {
   const cuda::Driver* d = cuda::driver();
   constexpr unsigned kBlockingStream = 0;  // CU_STREAM_DEFAULT: ordered after the legacy stream
   if (b.stream == nullptr && d->StreamCreate(&b.stream, kBlockingStream) == cuda::CUDA_SUCCESS)
@@ -176,8 +177,8 @@ constexpr uint32_t kPageSize = 4096;
 struct Session {
   Settings settings;
   std::unique_ptr<exec::Executor> exec;
-  SmallPool small;   // staging of small IO on the caller's thread
-  SmallPool medium;  // ... and of reads that run there up to kCallerReadMax
+  CallerPool small;   // staging of small IO on the caller's thread
+  CallerPool medium;  // ... and of reads that run there up to kCallerReadMax
   bool gpu = false;
   std::atomic<int> inflight{0};
   std::atomic<int> sync_calls{0};  // synchronous calls in Runtime::run right now
@@ -194,20 +195,23 @@ struct Session {
 
 namespace {
 
-// Whether a read of `len` bytes is too large for the small-IO path but runs on the caller's
-// thread anyway because it is one piece (see kCallerReadMax).
-bool one_piece_read(const Session& s, sys::IoKind kind, uint64_t len) {
-  if (kind != sys::IoKind::read || len > kCallerReadMax) return false;
-  if (s.settings.small_io_threshold_kb == 0) return false;  // the caller's thread is off
-  return s.exec->chunk_step(len) >= len;
+// Whether a read of `len` bytes may run on the caller's thread at all (kCallerReadMax).
+bool caller_read_allowed(const Session& s, sys::IoKind kind, uint64_t len) {
+  return kind == sys::IoKind::read && len <= kCallerReadMax &&
+         s.settings.small_io_threshold_kb > 0;  // 0: the caller's thread is off
 }
 
-// Whether a read too large for the small-IO path still runs on the caller's thread (see
-// kCallerReadMax), `callers` synchronous calls counting this one.
+// Whether a read too large for the small-IO path runs on the caller's thread anyway because it
+// is one piece.
+bool one_piece_read(const Session& s, sys::IoKind kind, uint64_t len) {
+  return caller_read_allowed(s, kind, len) && s.exec->chunk_step(len) >= len;
+}
+
+// Whether a read too large for the small-IO path runs on the caller's thread, `callers`
+// synchronous calls counting this one.
 bool read_on_caller(const Session& s, const exec::Job& job, int callers) {
-  if (job.kind != sys::IoKind::read || job.len > kCallerReadMax) return false;
-  if (s.settings.small_io_threshold_kb == 0) return false;
-  return callers >= kBusyCallers || one_piece_read(s, job.kind, job.len);
+  if (!caller_read_allowed(s, job.kind, job.len)) return false;
+  return callers >= kBusyCallers || s.exec->chunk_step(job.len) >= job.len;
 }
 
 }  // namespace
@@ -694,8 +698,8 @@ ssize_t first_read_from_cache(FileHandle& f, const exec::Job& job, const exec::S
 // `guessed`, when set, is the file whose small reads guess_cached() believed cached.
 // Returns false when no staging buffer was free (the caller then uses the executor).
 bool run_inline(Session& s, exec::Job& job, FileHandle* guessed, IoResult* out) {
-  SmallPool& pool = job.len + 2 * kMaxDioAlign <= s.small.bytes() ? s.small : s.medium;
-  SmallPool::Buffer* staging = nullptr;
+  CallerPool& pool = job.len + 2 * kMaxDioAlign <= s.small.bytes() ? s.small : s.medium;
+  CallerPool::Buffer* staging = nullptr;
   if (job.staged() && (staging = pool.take()) == nullptr) return false;
   char* staging_mem = staging ? staging->mem : nullptr;
   exec::ChunkPlan plan = exec::plan_chunk(job, job.file_off, job.len, staging_mem);
@@ -704,7 +708,7 @@ bool run_inline(Session& s, exec::Job& job, FileHandle* guessed, IoResult* out) 
   char* slab_data = staging ? staging_mem + (job.file_off - plan.base) : nullptr;
   Error err;
   if (job.staged() && !read)
-    err = copy_small(*staging, job.mem.context, false, job.addr, slab_data, job.len);
+    err = copy_on_caller_stream(*staging, job.mem.context, false, job.addr, slab_data, job.len);
   for (int k = 0; k < plan.count && err.ok(); ++k) {
     exec::Segment& seg = plan.seg[k];
     exec::SegmentNext next = exec::SegmentNext::again;
@@ -722,7 +726,7 @@ bool run_inline(Session& s, exec::Job& job, FileHandle* guessed, IoResult* out) 
   uint64_t got = err ? 0 : exec::contiguous_bytes(plan, job.file_off, job.len);
   if (err.ok() && !read && got < job.len) err = Error::sys(EIO);
   if (err.ok() && job.staged() && read && got > 0)
-    err = copy_small(*staging, job.mem.context, true, job.addr, slab_data, got);
+    err = copy_on_caller_stream(*staging, job.mem.context, true, job.addr, slab_data, got);
   if (staging) pool.give(staging);
   *out = err ? IoResult{0, err} : IoResult{got, Error::none()};
   return true;

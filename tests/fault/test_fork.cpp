@@ -59,43 +59,6 @@ int child(int fd, CUfileHandle_t inherited, const std::vector<char>& want) {
   return kOk;
 }
 
-TEST(Fork, ChildStartsOverAndParentGoesOn) {
-  Watchdog dog(std::chrono::seconds(60));
-  char path[] = "/tmp/gpufile-fork-XXXXXX";
-  int fd = mkstemp(path);
-  ASSERT_GE(fd, 0);
-  std::vector<char> data(kSize);
-  std::mt19937_64 rng(seed());
-  for (char& c : data) c = static_cast<char>(rng());
-  ASSERT_EQ(pwrite(fd, data.data(), data.size(), 0), static_cast<ssize_t>(data.size()));
-
-  ASSERT_EQ(cuFileDriverOpen().err, CU_FILE_SUCCESS);
-  CUfileDescr_t d{};
-  d.type = CU_FILE_HANDLE_TYPE_OPAQUE_FD;
-  d.handle.fd = fd;
-  CUfileHandle_t h = nullptr;
-  ASSERT_EQ(cuFileHandleRegister(&h, &d).err, CU_FILE_SUCCESS);
-  std::vector<char> got(kSize);
-  ASSERT_EQ(cuFileRead(h, got.data(), got.size(), 0, 0), static_cast<ssize_t>(kSize));
-
-  pid_t pid = fork();
-  ASSERT_GE(pid, 0);
-  if (pid == 0) _exit(child(fd, h, data));
-  int status = 0;
-  ASSERT_EQ(waitpid(pid, &status, 0), pid);
-  EXPECT_TRUE(WIFEXITED(status)) << "child ended by signal " << WTERMSIG(status)
-                                 << (WTERMSIG(status) == SIGALRM ? " (it hung)" : "");
-  EXPECT_EQ(WEXITSTATUS(status), kOk) << "see ChildExit in test_fork.cpp";
-
-  std::fill(got.begin(), got.end(), 0);
-  EXPECT_EQ(cuFileRead(h, got.data(), got.size(), 0, 0), static_cast<ssize_t>(kSize));
-  EXPECT_TRUE(got == data) << "the parent's read after fork is wrong";
-  cuFileHandleDeregister(h);
-  cuFileDriverClose();
-  close(fd);
-  unlink(path);
-}
-
 // A scratch file of `size` bytes (random when rng is given, else zero), removed at the end.
 struct Scratch {
   char path[32] = "/tmp/gpufile-fork-XXXXXX";
@@ -133,6 +96,35 @@ void expect_child_ok(pid_t pid) {
   EXPECT_TRUE(WIFEXITED(status)) << "child ended by signal " << WTERMSIG(status)
                                  << (WTERMSIG(status) == SIGALRM ? " (it hung)" : "");
   EXPECT_EQ(WEXITSTATUS(status), kOk) << "see ChildExit in test_fork.cpp";
+}
+
+// One scratch file of random bytes, registered with an open driver: where most fork tests start.
+class ForkOneFile : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    ASSERT_GE(in.fd, 0);
+    ASSERT_EQ(cuFileDriverOpen().err, CU_FILE_SUCCESS);
+    h = register_fd(in.fd);
+  }
+
+  Watchdog dog{std::chrono::seconds(60)};
+  std::mt19937_64 rng{seed()};
+  Scratch in{kSize, &rng};
+  CUfileHandle_t h = nullptr;
+};
+
+TEST_F(ForkOneFile, ChildStartsOverAndParentGoesOn) {
+  std::vector<char> got(kSize);
+  ASSERT_EQ(cuFileRead(h, got.data(), got.size(), 0, 0), static_cast<ssize_t>(kSize));
+  pid_t pid = fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) _exit(child(in.fd, h, in.data));
+  ASSERT_NO_FATAL_FAILURE(expect_child_ok(pid));
+  std::fill(got.begin(), got.end(), 0);
+  EXPECT_EQ(cuFileRead(h, got.data(), got.size(), 0, 0), static_cast<ssize_t>(kSize));
+  EXPECT_TRUE(got == in.data) << "the parent's read after fork is wrong";
+  cuFileHandleDeregister(h);
+  cuFileDriverClose();
 }
 
 // Forks while batches of reads and writes run on the workers: at a random point of each (queued,
@@ -221,13 +213,7 @@ TEST(Fork, RepeatedlyWhileTransfersRun) {
 
 // A fork from a completion callback, on an IO worker, while the other workers move another
 // read: the forking worker must not wait for itself to park.
-TEST(Fork, FromACompletionCallback) {
-  Watchdog dog(std::chrono::seconds(60));
-  std::mt19937_64 rng(seed());
-  Scratch in(kSize, &rng);
-  ASSERT_GE(in.fd, 0);
-  ASSERT_EQ(cuFileDriverOpen().err, CU_FILE_SUCCESS);
-  CUfileHandle_t h = register_fd(in.fd);
+TEST_F(ForkOneFile, FromACompletionCallback) {
   gpufile::Runtime& rt = gpufile::Runtime::instance();
   std::vector<char> a(kSize), b(kSize);
   std::unique_ptr<gpufile::Io> busy, forking;
@@ -261,13 +247,7 @@ TEST(Fork, FromACompletionCallback) {
 
 // With the driver closed (its workers joined) the child starts over all the same, and so does
 // the parent.
-TEST(Fork, WhileTheDriverIsClosed) {
-  Watchdog dog(std::chrono::seconds(60));
-  std::mt19937_64 rng(seed());
-  Scratch in(kSize, &rng);
-  ASSERT_GE(in.fd, 0);
-  ASSERT_EQ(cuFileDriverOpen().err, CU_FILE_SUCCESS);
-  CUfileHandle_t h = register_fd(in.fd);
+TEST_F(ForkOneFile, WhileTheDriverIsClosed) {
   std::vector<char> got(kSize);
   ASSERT_EQ(cuFileRead(h, got.data(), kSize, 0, 0), static_cast<ssize_t>(kSize));
   ASSERT_EQ(cuFileDriverClose().err, CU_FILE_SUCCESS);
