@@ -63,9 +63,10 @@ int check(int argc, char** argv) {
               Runtime::instance().engine_note().empty() ? "" : ": ",
               Runtime::instance().engine_note().c_str());
   std::printf("GPU         %s\n", cuda::driver() ? "yes" : cuda::why_no_driver().c_str());
-  std::printf("large reads %s\n",
-              r.read_direct ? "staged direct: O_DIRECT into pinned slabs, async copy to the GPU"
-                            : "page cache: buffered reads (the data is cached, or O_DIRECT is off)");
+  std::printf("large reads %s\n            why: %s\n",
+              r.read.direct ? "staged direct: O_DIRECT into pinned slabs, async copy to the GPU"
+                            : "page cache: buffered reads into pinned slabs, async copy to the GPU",
+              route::describe(r.read.why));
   cuFileHandleDeregister(h);
   ::close(fd);
   return 0;

@@ -88,6 +88,8 @@ constexpr SizeKey kSizeKeys[] = {
     // A multiple of 4 KB: split points are O_DIRECT offsets.
     {"gpufile.min_chunk_kb", "GPUFILE_MIN_CHUNK_KB", kNoParam, 4, 1048576, 4,
      GPUFILE_FIELD(min_chunk_kb), std::nullopt},
+    {"gpufile.caller_slabs", "GPUFILE_CALLER_SLABS", kNoParam, 0, 4096, 1,
+     GPUFILE_FIELD(caller_slabs), std::nullopt},
 };
 #undef GPUFILE_FIELD
 

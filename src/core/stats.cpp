@@ -51,6 +51,8 @@ struct State {
   std::atomic<bool> started{true};
   AtomicOp ops[kOps];
   AtomicPath paths[kOps][kPaths];
+  A caller_bytes[kOps] = {};  // record_runners
+  A worker_bytes[kOps] = {};
   AtomicCounter handle_register, handle_deregister, buffer_register, buffer_deregister;
   A registered_bytes{0};
   AtomicBatch batch;
@@ -136,6 +138,8 @@ void reset() {
       clear(p.bytes);
       clear(p.ops);
     }
+  clear(g.caller_bytes);
+  clear(g.worker_bytes);
   g.handle_register.clear();
   g.handle_deregister.clear();
   g.buffer_register.clear();
@@ -171,6 +175,12 @@ void record_path(Op op, Path path, uint64_t bytes) {
   AtomicPath& p = g.paths[static_cast<int>(op)][static_cast<int>(path)];
   p.bytes.fetch_add(bytes, R);
   p.ops.fetch_add(1, R);
+}
+
+void record_runners(Op op, uint64_t caller_bytes, uint64_t worker_bytes) {
+  const int i = static_cast<int>(op);
+  if (caller_bytes) g.caller_bytes[i].fetch_add(caller_bytes, R);
+  if (worker_bytes) g.worker_bytes[i].fetch_add(worker_bytes, R);
 }
 
 void record_handle_register(bool ok) {
@@ -245,6 +255,8 @@ Snapshot snapshot() {
     for (int k = 0; k < kHistogramBuckets; ++k) t.size_hist[k] = o.hist[k].load(R);
     for (int p = 0; p < kPaths; ++p)
       s.paths[i][p] = {g.paths[i][p].bytes.load(R), g.paths[i][p].ops.load(R)};
+    s.caller_bytes[i] = g.caller_bytes[i].load(R);
+    s.worker_bytes[i] = g.worker_bytes[i].load(R);
   }
   s.handle_register = g.handle_register.load();
   s.handle_deregister = g.handle_deregister.load();

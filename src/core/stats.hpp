@@ -48,6 +48,8 @@ void reset();
 void record_call(Op op, uint64_t bytes, uint64_t latency_ns, bool ok);
 // One piece of a request carried by `path` (a request split into chunks counts each chunk).
 void record_path(Op op, Path path, uint64_t bytes);
+// Bytes of one request moved by its caller's own thread and by the IO workers.
+void record_runners(Op op, uint64_t caller_bytes, uint64_t worker_bytes);
 
 void record_handle_register(bool ok);
 void record_handle_deregister(bool ok);
@@ -100,6 +102,8 @@ struct Snapshot {
   bool started = true;
   OpTotals ops[kOps];
   PathTotals paths[kOps][kPaths];
+  uint64_t caller_bytes[kOps] = {};  // moved by the calling threads themselves
+  uint64_t worker_bytes[kOps] = {};  // moved by the IO workers
   Counter handle_register, handle_deregister, buffer_register, buffer_deregister;
   uint64_t registered_bytes = 0;  // bytes of successful buffer registrations
   BatchTotals batch;

@@ -5,6 +5,7 @@
 
 #include "core/align.hpp"
 #include "exec/worker.hpp"
+#include "route/route.hpp"
 
 namespace gpufile::exec {
 
@@ -175,58 +176,72 @@ Error Executor::start() {
 
 void Executor::submit(Job* job) {
   if (job->len == 0) {
-    job->set_chunks(1);
+    job->split(4096);
     job->chunk_done(job->file_off, 0, 0, Error::none());
     return;
   }
-  // Chunks sit on a grid aligned to the file's DIO alignment, so that every chunk boundary
-  // inside the request is aligned and a chunk's whole blocks still fit in one slab.
-  const uint64_t grid = align_down(job->file_off, job->file.align.offset);
-  const uint64_t step = chunk_step(job->len);
-  const uint64_t first_end = grid + step;
-  uint64_t n = 1;
-  if (job->end() > first_end) n += (job->end() - first_end + step - 1) / step;
-  job->set_chunks(static_cast<uint32_t>(n));
+  route::LoadFacts f;
+  f.len = job->len;
+  f.workers = cfg_.workers;
+  f.min_chunk = cfg_.min_chunk_bytes;
+  f.slab = cfg_.slab_bytes;
+  const route::ThreadPlan plan = route::plan_for_workers(f, route::Reason::asynchronous);
+  job->split(plan.step);
+  publish(job, plan.helpers);
+}
+
+void Executor::publish(Job* job, unsigned wake) {
+  job->listed_by_ = this;
+  unsigned idle;
   {
     std::lock_guard lock(mu_);
-    uint64_t off = job->file_off;
-    for (uint64_t k = 0; k < n; ++k) {
-      uint64_t end = std::min(job->end(), grid + (k + 1) * step);
-      queue_.push_back(Chunk{job, off, end - off});
-      off = end;
-    }
+    job->listed_ = true;
+    job->list_prev_ = tail_;
+    job->list_next_ = nullptr;
+    (tail_ ? tail_->list_next_ : head_) = job;
+    tail_ = job;
+    idle = idle_.load(std::memory_order_relaxed);
   }
-  // As many sleeping workers as there are pieces: a worker woken with nothing left to take
-  // costs a futex round trip and, in a VM, an interrupt to another core.
-  for (uint64_t k = 0; k < std::min<uint64_t>(n, cfg_.workers); ++k) cv_.notify_one();
+  // As many sleeping workers as there are pieces for them: a worker woken with nothing left to
+  // take costs a futex round trip and, in a VM, an interrupt to another core.
+  for (unsigned k = 0; k < std::min(wake, idle); ++k) cv_.notify_one();
 }
 
-// A request large enough to give every worker a slab is cut into slabs. A smaller one is spread
-// over all workers in equal pieces, but none below min_chunk_bytes, where a piece's fixed costs
-// (a hand-off to a worker, a kernel submission, a copy launch and its event) outweigh what
-// another worker adds: one worker alone would read a 1 MiB call from the page cache, then copy it,
-// slower than the caller's own pread + copy (measured on the H100: docs/performance.md).
-uint64_t Executor::chunk_step(uint64_t len) const {
-  const uint64_t even = (len + cfg_.workers - 1) / cfg_.workers;
-  // Multiples of 4 KiB keep every cut on the grid of any DIO alignment staging supports.
-  const uint64_t step = align_up(std::max(even, cfg_.min_chunk_bytes), uint64_t{4096});
-  return std::min(step, cfg_.slab_bytes);
+void Executor::unlink(Job* job) {
+  if (!job->listed_) return;
+  (job->list_prev_ ? job->list_prev_->list_next_ : head_) = job->list_next_;
+  (job->list_next_ ? job->list_next_->list_prev_ : tail_) = job->list_prev_;
+  job->list_prev_ = job->list_next_ = nullptr;
+  job->listed_ = false;
 }
 
-bool Executor::try_pop(Chunk* out) {
+void Executor::retire(Job* job) {
   std::lock_guard lock(mu_);
-  if (queue_.empty()) return false;
-  *out = queue_.front();
-  queue_.pop_front();
-  return true;
+  unlink(job);
+}
+
+bool Executor::claim_listed(Chunk* out) {
+  std::lock_guard lock(mu_);
+  while (Job* job = head_) {
+    uint32_t k;
+    if (job->take(&k)) {
+      if (k + 1 == job->pieces_) unlink(job);  // its last piece: Job::claim's rule, lock held
+      *out = job->piece(k);
+      return true;
+    }
+    unlink(job);  // every piece taken; its last claimer may not have retired it yet
+  }
+  return false;
 }
 
 bool Executor::wait_for_work() {
   std::unique_lock lock(mu_);
+  idle_.fetch_add(1, std::memory_order_relaxed);
   cv_.wait(lock, [&] {
-    return stopping_ || !queue_.empty() || fork_pending_.load(std::memory_order_relaxed);
+    return stopping_ || head_ != nullptr || fork_pending_.load(std::memory_order_relaxed);
   });
-  return !queue_.empty() || !stopping_;
+  idle_.fetch_sub(1, std::memory_order_relaxed);
+  return head_ != nullptr || !stopping_;
 }
 
 }  // namespace gpufile::exec

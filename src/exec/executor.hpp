@@ -1,15 +1,21 @@
-// The executor: a pool of IO workers fed from one queue of chunks.
+// The executor: a pool of IO workers that take pieces of the jobs listed with it.
 //
 // Each worker owns an IO engine (its own io_uring ring), a ring of k pinned staging slabs
 // registered with that engine as fixed buffers, and one CUDA stream per context it serves. A
-// worker keeps up to k chunks in flight, so the kernel reads chunk i+1 while the GPU copies
-// chunk i out of the slab before it and slab i-1 is recycled.
+// worker keeps up to k pieces in flight, so the kernel reads piece i+1 while the GPU copies
+// piece i out of the slab before it and slab i-1 is recycled.
+//
+// There is no queue of pieces. A job is cut once (Job::split) and its pieces are claimed from
+// a cursor in the job itself, by any thread: the caller's own (exec/caller.hpp) and, when the
+// job is listed here, idle workers. So a caller that runs its own IO takes no lock at all, a
+// listed job costs one lock to list and one to retire, and a worker that holds a piece of a
+// job takes the next one from the same cursor without the lock. The list is oldest first: no
+// job waits behind younger ones.
 #pragma once
 
 #include <atomic>
 #include <condition_variable>
 #include <cstdint>
-#include <deque>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -46,12 +52,6 @@ void park_workers_for_fork();
 void resume_workers_after_fork();
 void forget_workers_after_fork();
 
-struct Chunk {
-  Job* job = nullptr;
-  uint64_t off = 0;
-  uint64_t len = 0;
-};
-
 struct ExecutorConfig {
   unsigned workers = 4;
   unsigned slabs_per_worker = 4;
@@ -59,6 +59,7 @@ struct ExecutorConfig {
   uint64_t min_chunk_bytes = 256 << 10;  // a request is cut no finer than this (a 4 KiB multiple)
   unsigned ring_depth = 64;
   EnginePolicy engine = EnginePolicy::automatic;
+  unsigned cores = 1;  // online CPUs: what the routing shares between callers and workers
 };
 
 class Executor {
@@ -70,19 +71,26 @@ class Executor {
 
   // Allocates staging memory, sets up engines and starts the workers.
   Error start();
-  // Splits `job` into chunks and queues them. The job must stay alive until it completes.
+  const ExecutorConfig& config() const { return cfg_; }
+  // Asynchronous IO: spreads `job` over every worker and lists it. The job must stay alive
+  // until it completes.
   void submit(Job* job);
-  // The size of the pieces a request of `len` bytes is cut into.
-  uint64_t chunk_step(uint64_t len) const;
+  // Lists a split job so that workers take its pieces, and wakes up to `wake` sleeping ones.
+  // The job must stay alive until it completes.
+  void publish(Job* job, unsigned wake);
+  // Takes a job off the list; whoever claims its last piece calls this (Job::claim).
+  void retire(Job* job);
+  // Workers asleep for want of work (a hint: it changes under the reader).
+  unsigned idle_workers() const { return idle_.load(std::memory_order_relaxed); }
 
   const std::string& engine_name() const { return engine_name_; }
   // Why the engine is not io_uring, or empty.
   const std::string& engine_note() const { return engine_note_; }
 
-  // Worker side.
-  bool try_pop(Chunk* out);
-  // Blocks until there is work or a fork is pending (true), or the executor stops with an
-  // empty queue (false).
+  // Worker side: claims a piece of the oldest listed job that has one left.
+  bool claim_listed(Chunk* out);
+  // Blocks until a job is listed or a fork is pending (true), or the executor stops with none
+  // listed (false).
   bool wait_for_work();
   // Called by a worker at the top of its loop, holding nothing: parks while a fork is pending.
   void safe_point() {
@@ -104,10 +112,14 @@ class Executor {
   ExecutorConfig cfg_;
   std::string engine_name_;
   std::string engine_note_;
+  void unlink(Job* job);  // mu_ held
+
   std::mutex mu_;
   std::condition_variable cv_;
-  std::deque<Chunk> queue_;
+  Job* head_ = nullptr;  // listed jobs, oldest first (guarded by mu_)
+  Job* tail_ = nullptr;
   bool stopping_ = false;
+  std::atomic<unsigned> idle_{0};
   std::vector<std::unique_ptr<Worker>> workers_;
   std::vector<std::thread> threads_;
 

@@ -4,8 +4,42 @@
 #include <cerrno>
 
 #include "core/align.hpp"
+#include "exec/executor.hpp"
 
 namespace gpufile::exec {
+
+void Job::split(uint64_t step) {
+  grid_ = align_down(file_off, file.align.offset);
+  step_ = step;
+  pieces_ = len == 0 ? 1 : static_cast<uint32_t>((end() - grid_ + step - 1) / step);
+  next_piece_.store(0, std::memory_order_relaxed);
+  pending_.store(pieces_, std::memory_order_relaxed);
+}
+
+bool Job::take(uint32_t* index) {
+  // A plain load first: threads that find the job exhausted do not write its cache line.
+  if (next_piece_.load(std::memory_order_relaxed) >= pieces_) return false;
+  const uint32_t k = next_piece_.fetch_add(1, std::memory_order_relaxed);
+  if (k >= pieces_) return false;
+  *index = k;
+  return true;
+}
+
+Chunk Job::piece(uint32_t k) {
+  const uint64_t begin = std::max(file_off, grid_ + k * step_);
+  const uint64_t stop = std::min(end(), grid_ + (k + 1) * step_);
+  return Chunk{this, begin, stop - begin};
+}
+
+bool Job::claim(Chunk* out) {
+  uint32_t k;
+  if (!take(&k)) return false;
+  *out = piece(k);
+  // The last piece is out: off the executor's list before it can complete (a listed job must
+  // stay alive, and only a piece not yet reported keeps it so).
+  if (k + 1 == pieces_ && listed_by_ != nullptr) listed_by_->retire(this);
+  return true;
+}
 
 void Job::chunk_done(uint64_t off, uint64_t chunk_len, uint64_t got, Error err) {
   if (err) {
@@ -138,6 +172,22 @@ SegmentNext apply_result(const Job& job, Segment& seg, int res, Error* err) {
   }
   *err = Error::sys(-res);
   return SegmentNext::failed;
+}
+
+ssize_t io_now(const Job& job, const Segment& seg) {
+  char* mem = seg.mem + seg.done;
+  const uint64_t n = seg.len - seg.done, at = seg.file_off + seg.done;
+  if (job.kind == sys::IoKind::read) return sys::os().pread(seg.fd, mem, n, at);
+  if (std::mutex* turn = job.file.write_lock.get()) return pwrite_in_turn(*turn, seg.fd, mem, n, at);
+  return sys::os().pwrite(seg.fd, mem, n, at);
+}
+
+// Measured on the H100: 16 workers writing to /dev/shm at once burnt 4.4 CPU-seconds per GiB for
+// the speed one writer gets with 0.4. Waiting asleep for the turn, the copies out of the GPU
+// still overlap the writes.
+ssize_t pwrite_in_turn(std::mutex& turn, int fd, const void* buf, size_t len, uint64_t off) {
+  std::lock_guard lock(turn);
+  return sys::os().pwrite(fd, buf, len, off);
 }
 
 uint64_t contiguous_bytes(const ChunkPlan& plan, uint64_t off, uint64_t len) {

@@ -14,13 +14,34 @@
 
 namespace gpufile::exec {
 
+class Executor;
+class Job;
+
 // The file as the data path sees it.
 struct FileRef {
   int fd_buffered = -1;  // always valid
   int fd_direct = -1;    // opened with O_DIRECT, or -1 when the file refuses it
   sys::DioAlign align;
-  // Set for files in memory (tmpfs, ramfs): workers write them one at a time (Worker::issue).
+  // Set for files in memory (tmpfs, ramfs): their writes go one at a time (exec::write_in_turn).
   std::shared_ptr<std::mutex> write_lock;
+};
+
+// A file's guess that its reads are cached (route::StorageFacts::looks_cached). Kept with the
+// file handle; a guessed read on the caller's thread that finds bytes missing drops it. Each
+// flag is written only when it changes, so callers on many threads do not bounce its line.
+struct CacheGuess {
+  std::atomic<bool> looks_cached{false};
+  std::atomic<bool> nowait_refused{false};  // the file system refused RWF_NOWAIT
+  static void set(std::atomic<bool>& flag, bool value) {
+    if (flag.load(std::memory_order_relaxed) != value) flag.store(value, std::memory_order_relaxed);
+  }
+};
+
+// One piece of a job: [off, off+len) of the file.
+struct Chunk {
+  Job* job = nullptr;
+  uint64_t off = 0;
+  uint64_t len = 0;
 };
 
 class Job {
@@ -35,7 +56,10 @@ class Job {
   uint64_t len = 0;
   bool direct = false;        // aligned body through O_DIRECT
   uint64_t file_size = 0;     // size when the IO was admitted (host reads stop O_DIRECT there)
-  // Work the caller queued on the legacy default stream before the call, which the job's
+  // Set when the read was routed to the page cache on the file's guess: the caller's thread
+  // reads with RWF_NOWAIT first and corrects the guess (workers read as usual).
+  CacheGuess* guess = nullptr;
+  // Work the caller queued on the legacy default stream before the call, which the workers'
   // copies wait for (Runtime::run records it), or null.
   cuda::CUevent after = nullptr;
 
@@ -46,9 +70,20 @@ class Job {
   uint64_t end() const { return file_off + len; }
   bool staged() const { return mem.needs_staging(); }
 
+  // ---- pieces ----
+  // Cuts the job into pieces on a grid of `step` bytes (a 4 KiB multiple, at most a slab)
+  // that starts at file_off rounded down to the file's DIO alignment, so that every cut inside
+  // the request is aligned and a piece widened to whole blocks still fits in one slab. Called
+  // once, before anyone claims a piece.
+  void split(uint64_t step);
+  uint32_t pieces() const { return pieces_; }
+  // Claims the next unclaimed piece, for any thread: the caller's, or a worker that found the
+  // job listed or holds another piece of it (either keeps the job alive). Whoever claims a
+  // piece reports it with chunk_done. False when every piece is taken.
+  bool claim(Chunk* out);
+
   // Accounting, called once per chunk: `got` bytes of [off, off+chunk_len) were moved.
   void chunk_done(uint64_t off, uint64_t chunk_len, uint64_t got, Error err);
-  void set_chunks(uint32_t n) { pending_.store(n, std::memory_order_relaxed); }
 
   void cancel() { canceled_.store(true, std::memory_order_relaxed); }
   bool canceled() const { return canceled_.load(std::memory_order_relaxed); }
@@ -60,14 +95,29 @@ class Job {
   IoResult result() const;
 
  private:
+  friend class Executor;
   void finish();
+  // Takes the index of the next unclaimed piece.
+  bool take(uint32_t* index);
+  Chunk piece(uint32_t index);
 
+  uint64_t grid_ = 0;
+  uint64_t step_ = 0;
+  uint32_t pieces_ = 0;
+  std::atomic<uint32_t> next_piece_{0};
   std::atomic<uint32_t> pending_{0};
   std::atomic<uint32_t> done_{0};
   std::atomic<bool> canceled_{false};
   std::atomic<uint64_t> eof_at_{UINT64_MAX};
   std::mutex error_mu_;
   Error error_;
+
+  // The executor's list of jobs with pieces to take (Executor::publish). Set by the publishing
+  // thread before the job is listed; the links are guarded by the executor's lock.
+  Executor* listed_by_ = nullptr;
+  bool listed_ = false;
+  Job* list_prev_ = nullptr;
+  Job* list_next_ = nullptr;
 };
 
 // A piece of a chunk that is one kernel IO: a file range and the memory it moves to or from.
@@ -104,6 +154,13 @@ enum class SegmentNext {
 // EINTR a bounded number of times, continues short transfers, and moves an O_DIRECT segment
 // to the page cache when the kernel refuses it or its remainder is unaligned.
 SegmentNext apply_result(const Job& job, Segment& seg, int res, Error* err);
+
+// One synchronous kernel IO for the rest of `seg`: pread, or pwrite (in turn on files in
+// memory: pwrite_in_turn). Bytes moved, or -errno.
+ssize_t io_now(const Job& job, const Segment& seg);
+// tmpfs and ramfs hold the file's inode lock through every write, so threads writing one such
+// file at once only queue in the kernel, spinning. Writers of such a file take `turn` instead.
+ssize_t pwrite_in_turn(std::mutex& turn, int fd, const void* buf, size_t len, uint64_t off);
 
 // Bytes of [off, off+len) moved without a gap once the plan's segments ran: len, or less when a
 // segment came back short (end of file for a read).

@@ -16,6 +16,7 @@
 #include "core/error.hpp"
 #include "core/settings.hpp"
 #include "exec/job.hpp"
+#include "route/route.hpp"
 
 namespace gpufile {
 
@@ -38,9 +39,6 @@ class Io {
   Session* session_ = nullptr;
   std::shared_ptr<FileHandle> file_;
   std::shared_ptr<BufferRegistration> buffer_;
-  bool inline_ = false;
-  bool read_cached_first_ = false;  // small read guessed cached: run_inline tries RWF_NOWAIT
-  FileHandle* guessed_file() const { return read_cached_first_ ? file_.get() : nullptr; }
 };
 
 class Runtime {
@@ -78,7 +76,7 @@ class Runtime {
     uint64_t size = 0;
     sys::Residency resident;      // page cache residency of the whole file
     bool cachestat_ok = false;
-    bool read_direct = false;     // a large read would bypass the page cache
+    route::StorageChoice read;    // what a read of the whole file would do, and why
   };
   Error explain_file(void* handle, FileReport* out);
 
@@ -88,14 +86,14 @@ class Runtime {
 
   // ---- IO ----
   // Validates an IO of `size` bytes between the file at `file_offset` and memory at
-  // base + buffer_offset, and plans its route. The Io then runs with run() or submit().
+  // base + buffer_offset. The Io then runs with run() or submit(), which choose its route.
   // `base_mem`, when given, is what cuda::classify(base) said earlier: prepare then makes no
   // CUDA call at all (stream callbacks must not).
   Error prepare(sys::IoKind kind, void* handle, const void* base, uint64_t size,
                 int64_t file_offset, int64_t buffer_offset, std::unique_ptr<Io>* out,
                 const cuda::MemInfo* base_mem = nullptr);
-  // Runs the Io to completion on this thread's behalf: small IO on this thread, the rest on
-  // the executor's workers.
+  // Runs the Io to completion on this thread's behalf: on this thread, the workers, or both,
+  // as route::plan_threads says for the load at this moment.
   IoResult run(Io& io);
   // Runs an Io whose memory is host memory entirely on this thread, with plain kernel IO and no
   // CUDA call at all, whatever its size: what a CUDA host function (stream op) may do.
@@ -127,6 +125,9 @@ class Runtime {
   void after_fork_in_parent();
   void after_fork_in_child();
   Error open_locked();
+  // Chooses between O_DIRECT and the page cache for the Io (route::choose_storage), asking the
+  // page cache when the rules need it; `synchronous` when the caller waits for it.
+  void route_storage(Io& io, bool synchronous);
 
   mutable std::mutex mu_;
   std::shared_ptr<Session> session_;

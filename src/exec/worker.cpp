@@ -63,19 +63,27 @@ void Worker::run() {
   }
 }
 
-// One new chunk per turn of the loop: a page-cache read completes inside the submit that
-// follows (io_uring copies it there), so a worker taking two chunks at once would copy them one
-// after the other while another woken worker finds the queue empty. The next turn, right after
+// One new piece per turn of the loop: a page-cache read completes inside the submit that
+// follows (io_uring copies it there), so a worker taking two pieces at once would copy them one
+// after the other while another woken worker finds nothing left. The next turn, right after
 // the submit, takes the next one.
 bool Worker::fill_free_slots() {
   for (unsigned i = 0; i < slots_.size(); ++i) {
     if (slots_[i].stage != Stage::free) continue;
     Chunk c;
-    if (!owner_.try_pop(&c)) return false;
+    if (!claim_next(&c)) return false;
     start(i, c);
     return true;
   }
   return false;
+}
+
+// The next piece of a job this worker already holds a piece of (alive while that piece is
+// unreported: no lock needed), else of the oldest listed job.
+bool Worker::claim_next(Chunk* out) {
+  for (const Slot& s : slots_)
+    if (s.stage != Stage::free && s.chunk.job->claim(out)) return true;
+  return owner_.claim_listed(out);
 }
 
 void Worker::start(unsigned i, const Chunk& c) {
@@ -129,17 +137,8 @@ void Worker::issue(unsigned i, int k) {
   }
 }
 
-// tmpfs and ramfs hold the file's inode lock through every write, so workers writing one such
-// file at once only queue in the kernel, spinning: on the H100, 16 workers writing to /dev/shm
-// burnt 4.4 CPU-seconds per GiB for the speed one writer gets with 0.4. Here they wait their
-// turn asleep, and the copies out of the GPU still overlap the writes.
 void Worker::write_in_turn(const io::Op& op, std::mutex& turn) {
-  ssize_t r;
-  {
-    std::lock_guard lock(turn);
-    r = sys::os().pwrite(op.fd, op.buf, op.len, op.off);
-  }
-  on_io(op.tag, static_cast<int>(r));
+  on_io(op.tag, static_cast<int>(pwrite_in_turn(turn, op.fd, op.buf, op.len, op.off)));
 }
 
 unsigned Worker::reap(bool wait) {

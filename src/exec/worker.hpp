@@ -46,6 +46,7 @@ class Worker {
   };
 
   bool fill_free_slots();
+  bool claim_next(Chunk* out);
   void start(unsigned i, const Chunk& c);
   void issue(unsigned i, int seg);
   // A write to a file in memory, synchronously and one worker at a time (worker.cpp says why).

@@ -373,63 +373,149 @@ TEST_F(Concurrency, RegistrationChurn) {
   for (int t = 0; t < 8; ++t) EXPECT_EQ(errors[t], "") << "thread " << t;
 }
 
-// Reads of up to 1 MiB run on the caller's thread when cutting them over the workers buys
-// nothing (src/exec/runtime.cpp, kCallerReadMax): a read that is one piece anyway, or any of
-// them while 4 or more synchronous calls run at once. The per-path byte counters say where
-// each call ran ("small_io": the caller's thread). Bytes are checked either way.
-uint64_t caller_thread_bytes() {
-  using gpufile::stats::Path;
-  return gpufile::stats::snapshot().paths[0][static_cast<int>(Path::small_io)].bytes;
+// Who runs what (src/route/route.hpp, plan_threads), seen through the counters of bytes moved
+// by callers' own threads and by the workers. Bytes are checked either way.
+struct RunnerBytes {
+  uint64_t caller = 0, workers = 0;
+};
+
+RunnerBytes read_runner_bytes() {
+  gpufile::stats::Snapshot s = gpufile::stats::snapshot();
+  return {s.caller_bytes[0], s.worker_bytes[0]};
 }
 
-TEST_F(Concurrency, MidSizedReadsRunOnTheCallerWhenWorkersAddNothing) {
+RunnerBytes moved_since(const RunnerBytes& before) {
+  RunnerBytes now = read_runner_bytes();
+  return {now.caller - before.caller, now.workers - before.workers};
+}
+
+unsigned online_cores() { return static_cast<unsigned>(std::max(1L, sysconf(_SC_NPROCESSORS_ONLN))); }
+
+// `threads` threads, each reading `reads` calls of `size` bytes (thread t's k-th read at
+// (t * reads + k) * size) into its own device buffer, every byte checked.
+void read_from_threads(const Handle& h, const std::vector<uint8_t>& shadow, int threads, int reads,
+                       uint64_t size) {
+  std::vector<std::thread> ts;
+  std::vector<std::string> errors(threads);
+  for (int t = 0; t < threads; ++t) {
+    ts.emplace_back([&, t] {
+      bind_context();
+      std::string err;
+      auto b = Buffer::make(Mem::device, size, &err);
+      if (!b) return void(errors[t] = err);
+      for (int k = 0; k < reads && errors[t].empty(); ++k) {
+        const uint64_t off = (static_cast<uint64_t>(t) * reads + k) * size % (shadow.size() - size);
+        if (cuFileRead(h.get(), b->ptr(), size, static_cast<off_t>(off), 0) != static_cast<ssize_t>(size))
+          errors[t] = "read failed at " + std::to_string(off) + ": " + errno_text(errno);
+        else if (std::vector<uint8_t> got = b->read_back(0, size);
+                 !first_mismatch(got.data(), shadow.data() + off, size).empty())
+          errors[t] = "wrong bytes at " + std::to_string(off);
+      }
+    });
+  }
+  for (auto& th : ts) th.join();
+  for (int t = 0; t < threads; ++t) EXPECT_EQ(errors[t], "") << "thread " << t;
+}
+
+// Small IO runs on the caller; a call alone shares its pieces with idle workers; asynchronous IO
+// (a batch) is the workers' alone.
+TEST_F(Concurrency, SmallIoStaysOnTheCallerAndACallAloneSharesItsPieces) {
+  CAPI_REQUIRE_DRIVER();
+  Handle h(path_, O_RDONLY);
+  ASSERT_TRUE(h.ok());
+  Watchdog dog(std::chrono::seconds(120), "ACallAloneSharesItsPieces");
+  std::string why;
+  auto buf = Buffer::make(Mem::device, 32 * MiB, &why);
+  ASSERT_TRUE(buf) << why;
+  auto read_exact = [&](uint64_t off, size_t n) {
+    ASSERT_EQ(cuFileRead(h.get(), buf->ptr(), n, static_cast<off_t>(off), 0), static_cast<ssize_t>(n));
+    std::vector<uint8_t> got = buf->read_back(0, n);
+    ASSERT_EQ(first_mismatch(got.data(), shadow_.data() + off, n), "");
+  };
+
+  RunnerBytes before = read_runner_bytes();
+  for (int i = 0; i < 20; ++i) read_exact(static_cast<uint64_t>(i) * 12345, 4 * KiB);
+  RunnerBytes small = moved_since(before);
+  EXPECT_EQ(small.caller, 20 * 4 * KiB);
+  EXPECT_EQ(small.workers, 0u);
+
+  // Idle workers help a large call: workers go to sleep right after a call, so a few calls in a
+  // row find them idle (one may start before the last one's workers are back asleep).
+  RunnerBytes large;
+  for (int i = 0; i < 10 && (large.caller == 0 || large.workers == 0); ++i) {
+    before = read_runner_bytes();
+    read_exact(MiB * static_cast<uint64_t>(i), 32 * MiB);
+    large = moved_since(before);
+    EXPECT_EQ(large.caller + large.workers, 32 * MiB);
+  }
+  EXPECT_GT(large.caller, 0u) << "the caller did not run any piece of its own call";
+  EXPECT_GT(large.workers, 0u) << "no idle worker helped a call alone";
+
+  before = read_runner_bytes();
+  CUfileBatchHandle_t b = nullptr;
+  ASSERT_EQ(cuFileBatchIOSetUp(&b, 1).err, CU_FILE_SUCCESS);
+  CUfileIOParams_t p{};
+  p.mode = CUFILE_BATCH;
+  p.fh = h.get();
+  p.opcode = CUFILE_READ;
+  p.u.batch.devPtr_base = buf->ptr();
+  p.u.batch.size = 8 * MiB;
+  ASSERT_EQ(cuFileBatchIOSubmit(b, 1, &p, 0).err, CU_FILE_SUCCESS);
+  CUfileIOEvents_t ev{};
+  unsigned nr = 1;
+  timespec forever{30, 0};
+  ASSERT_EQ(cuFileBatchIOGetStatus(b, 1, &nr, &ev, &forever).err, CU_FILE_SUCCESS);
+  cuFileBatchIODestroy(b);
+  ASSERT_EQ(nr, 1u);
+  EXPECT_EQ(ev.ret, 8 * MiB);
+  RunnerBytes batch = moved_since(before);
+  EXPECT_EQ(batch.caller, 0u);
+  EXPECT_EQ(batch.workers, 8 * MiB);
+}
+
+// Callers that outnumber the cores run their own pieces: a worker would only compete for the
+// same cores. Copies take 2 ms each (the test double's delay), so the calls overlap.
+TEST_F(Concurrency, CallersThatOutnumberTheCoresRunTheirOwnPieces) {
   CAPI_REQUIRE_DRIVER();
   const FakeControls fake = fake_controls();
   if (!fake.set_async_delay_us) GTEST_SKIP() << "needs the test double's copy delay";
   Handle h(path_, O_RDONLY);
   ASSERT_TRUE(h.ok());
-  Watchdog dog(std::chrono::seconds(120), "MidSizedReadsRunOnTheCaller");
-  std::string why;
-  auto one = Buffer::make(Mem::device, MiB, &why);
-  ASSERT_TRUE(one) << why;
-  auto read_exact = [&](Buffer& b, uint64_t off, size_t n) {
-    ASSERT_EQ(cuFileRead(h.get(), b.ptr(), n, static_cast<off_t>(off), 0), static_cast<ssize_t>(n));
-    std::vector<uint8_t> got = b.read_back(0, n);
-    ASSERT_EQ(first_mismatch(got.data(), shadow_.data() + off, n), "");
-  };
-  uint64_t before = caller_thread_bytes();
-  read_exact(*one, 3 * MiB + 4096, 200 * KiB);  // one piece: the caller's thread
-  EXPECT_EQ(caller_thread_bytes() - before, 200 * KiB);
-  before = caller_thread_bytes();
-  read_exact(*one, 5 * MiB, MiB);  // alone: cut over the workers
-  EXPECT_EQ(caller_thread_bytes() - before, 0u);
-
-  // Eight callers whose copies take 5 ms each (the test double's delay): they overlap, so
-  // most of their 1 MiB reads see 4 or more calls running and stay on their threads.
-  fake.set_async_delay_us(5000);
+  Watchdog dog(std::chrono::seconds(120), "CallersThatOutnumberTheCores");
+  fake.set_async_delay_us(2000);
   AtExit undo([&] { fake.set_async_delay_us(0); });
-  before = caller_thread_bytes();
-  std::vector<std::thread> threads;
-  std::vector<std::string> errors(8);
-  for (int t = 0; t < 8; ++t) {
-    threads.emplace_back([&, t] {
-      bind_context();
-      std::string err;
-      auto b = Buffer::make(Mem::device, MiB, &err);
-      if (!b) return void(errors[t] = err);
-      for (int k = 0; k < 6 && errors[t].empty(); ++k) {
-        const uint64_t off = static_cast<uint64_t>(t * 6 + k) * MiB;
-        if (cuFileRead(h.get(), b->ptr(), MiB, static_cast<off_t>(off), 0) != static_cast<ssize_t>(MiB))
-          errors[t] = "read failed at " + std::to_string(off);
-        else if (std::vector<uint8_t> got = b->read_back(0, MiB);
-                 !first_mismatch(got.data(), shadow_.data() + off, MiB).empty())
-          errors[t] = "wrong bytes at " + std::to_string(off);
-      }
-    });
-  }
-  for (auto& th : threads) th.join();
-  for (int t = 0; t < 8; ++t) EXPECT_EQ(errors[t], "") << "thread " << t;
-  EXPECT_GT(caller_thread_bytes() - before, 0u) << "no busy caller read on its own thread";
+  const int threads = static_cast<int>(online_cores()) + 4;
+  const RunnerBytes before = read_runner_bytes();
+  read_from_threads(h, shadow_, threads, 12, 2 * MiB);
+  const RunnerBytes moved = moved_since(before);
+  EXPECT_EQ(moved.caller + moved.workers, uint64_t(threads) * 12 * 2 * MiB);
+  // A thread's first call may start before the others are under way and share its pieces.
+  EXPECT_LE(moved.workers, (moved.caller + moved.workers) / 4)
+      << "busy callers handed their pieces to the workers";
+}
+
+// Staging is lent per call and never held between calls: with two slabs for eight callers, the
+// callers left without one give their pieces to the workers, and every call completes.
+TEST_F(Concurrency, CallersWithoutStagingLeaveTheirPiecesToTheWorkers) {
+  CAPI_REQUIRE_DRIVER();
+  const FakeControls fake = fake_controls();
+  if (!fake.set_async_delay_us) GTEST_SKIP() << "needs the test double's copy delay";
+  session_.reset();
+  ASSERT_EQ(setenv("GPUFILE_CALLER_SLABS", "2", 1), 0);
+  AtExit unset([] { unsetenv("GPUFILE_CALLER_SLABS"); });
+  session_ = std::make_unique<DriverSession>();
+  ASSERT_TRUE(session_->ok()) << session_->error();
+  Handle h(path_, O_RDONLY);
+  ASSERT_TRUE(h.ok());
+  Watchdog dog(std::chrono::seconds(120), "CallersWithoutStaging");
+  fake.set_async_delay_us(2000);
+  AtExit undo([&] { fake.set_async_delay_us(0); });
+  const RunnerBytes before = read_runner_bytes();
+  read_from_threads(h, shadow_, 8, 6, 8 * MiB);
+  const RunnerBytes moved = moved_since(before);
+  EXPECT_EQ(moved.caller + moved.workers, 8 * 6 * 8 * MiB);
+  EXPECT_GT(moved.caller, 0u);
+  EXPECT_GT(moved.workers, 0u) << "callers without staging did not leave their pieces to the workers";
 }
 
 }  // namespace

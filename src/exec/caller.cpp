@@ -1,0 +1,256 @@
+#include "exec/caller.hpp"
+
+#include <algorithm>
+#include <cerrno>
+#include <utility>
+
+#include "cuda/memory.hpp"
+
+namespace gpufile::exec {
+
+// ---- the pool ------------------------------------------------------------------------------------
+
+StagingPool::~StagingPool() {
+  const cuda::Driver* d = cuda::driver();
+  for (auto& b : all_) {
+    if (d != nullptr)
+      for (const Buffer::Stream& s : b->streams) d->StreamDestroy(s.stream);
+    cuda::free_pinned(b->mem, bytes_);
+  }
+}
+
+void StagingPool::init(uint64_t bytes, unsigned cap, unsigned ready) {
+  bytes_ = bytes;
+  cap_ = cap;
+  std::vector<Buffer*> made;
+  for (unsigned i = 0; i < std::min(ready, cap); ++i) {
+    Buffer* b = nullptr;
+    unsigned got = take(&b, 1);
+    if (got == 0) break;
+    made.push_back(b);
+  }
+  give(made.data(), static_cast<unsigned>(made.size()));
+}
+
+StagingPool::Buffer* StagingPool::make() {
+  void* mem = nullptr;
+  if (cuda::alloc_pinned(bytes_, &mem)) return nullptr;
+  auto b = std::make_unique<Buffer>();
+  b->mem = static_cast<char*>(mem);
+  std::lock_guard lock(mu_);
+  all_.push_back(std::move(b));
+  return all_.back().get();
+}
+
+unsigned StagingPool::take(Buffer** out, unsigned want) {
+  unsigned got = 0, to_make = 0;
+  {
+    std::lock_guard lock(mu_);
+    while (got < want && !free_.empty()) {
+      out[got++] = free_.back();
+      free_.pop_back();
+    }
+    to_make = std::min(want - got, cap_ - made_);
+    made_ += to_make;
+  }
+  // Pinning takes about a millisecond per 4 MiB: outside the lock, so other callers go on.
+  for (unsigned i = 0; i < to_make; ++i) {
+    if (Buffer* b = make()) {
+      out[got++] = b;
+      continue;
+    }
+    std::lock_guard lock(mu_);
+    made_ -= to_make - i;
+    break;
+  }
+  return got;
+}
+
+void StagingPool::give(Buffer* const* bufs, unsigned n) {
+  std::lock_guard lock(mu_);
+  free_.insert(free_.end(), bufs, bufs + n);
+}
+
+StagingLease::StagingLease(StagingPool& pool, unsigned want)
+    : pool_(&pool), count_(pool.take(bufs_, std::min(want, kMaxBuffers))) {}
+
+StagingLease& StagingLease::operator=(StagingLease&& other) noexcept {
+  if (this == &other) return *this;
+  release();
+  pool_ = std::exchange(other.pool_, nullptr);
+  count_ = std::exchange(other.count_, 0u);
+  std::copy(other.bufs_, other.bufs_ + kMaxBuffers, bufs_);
+  return *this;
+}
+
+void StagingLease::release() {
+  if (pool_ != nullptr && count_ > 0) pool_->give(bufs_, count_);
+  count_ = 0;
+  pool_ = nullptr;
+}
+
+// ---- running pieces ------------------------------------------------------------------------------
+
+namespace {
+
+// The first kernel read of a segment whose bytes the file's guess believed cached: takes only
+// what the page cache holds. Anything less drops the guess (the next small read asks cachestat
+// again); the caller reads the rest as usual, which waits for the disk. A short read at end of
+// file is no miss.
+ssize_t first_read_from_cache(const Job& job, const Segment& seg) {
+  ssize_t r = sys::os().pread_cached(seg.fd, seg.mem, seg.len, seg.file_off);
+  if (r == -EOPNOTSUPP) CacheGuess::set(job.guess->nowait_refused, true);
+  const bool all = r >= 0 && (static_cast<uint64_t>(r) == seg.len ||
+                              seg.file_off + static_cast<uint64_t>(r) >= job.file_size);
+  if (!all) CacheGuess::set(job.guess->looks_cached, false);
+  // Nothing cached is not an error here: the caller goes on with a read that waits.
+  return r == -EAGAIN || r == -EOPNOTSUPP ? -EAGAIN : r;
+}
+
+// A piece on its way through one staging buffer.
+struct Turn {
+  StagingPool::Buffer* buf = nullptr;
+  Chunk c;
+  ChunkPlan plan;
+  char* host = nullptr;              // the piece's bytes in the buffer
+  uint64_t got = 0;                  // bytes a read moved (short at end of file)
+  cuda::CUstream stream = nullptr;   // where its copy runs; null: it ran synchronously
+  bool busy = false;                 // a copy started, the piece not yet reported
+};
+
+class CallerRun {
+ public:
+  CallerRun(Job& job, const StagingLease& lease) : job_(job), turns_(lease.count()) {
+    for (unsigned i = 0; i < turns_; ++i) turn_[i].buf = lease.buffer(i);
+  }
+
+  uint64_t run() {
+    if (job_.staged() && turns_ == 0) return 0;  // no staging: the pieces are left to workers
+    cuda::ScopedContext ctx(job_.staged() ? job_.mem.context : nullptr);
+    Chunk c;
+    unsigned k = 0;
+    while (job_.claim(&c)) {
+      if (!job_.staged()) {
+        run_in_place(c);
+        continue;
+      }
+      // Two buffers in turn: this one's piece from two pieces ago finishes first.
+      Turn& t = turn_[k++ % turns_];
+      if (t.busy) finish(t);
+      t.c = c;
+      start(t);
+    }
+    for (unsigned i = 0; i < turns_; ++i)  // oldest first
+      if (Turn& t = turn_[(k + i) % turns_]; t.busy) finish(t);
+    return moved_;
+  }
+
+ private:
+  bool reading() const { return job_.kind == sys::IoKind::read; }
+
+  // Host memory: the kernel moves the bytes straight to or from the caller's buffer.
+  void run_in_place(const Chunk& c) {
+    ChunkPlan plan = plan_chunk(job_, c.off, c.len, nullptr);
+    uint64_t got = 0;
+    Error err = kernel_io(plan, c, &got);
+    report(c, got, err);
+  }
+
+  // Reads: kernel IO into the buffer, then its copy to the GPU starts. Writes: the copy out of
+  // the GPU starts.
+  void start(Turn& t) {
+    t.plan = plan_chunk(job_, t.c.off, t.c.len, t.buf->mem);
+    t.host = t.buf->mem + (t.c.off - t.plan.base);
+    Error err;
+    if (reading()) {
+      err = kernel_io(t.plan, t.c, &t.got);
+      if (err.ok() && t.got == 0) return report(t.c, 0, err);  // nothing there: end of file
+      if (err.ok()) err = start_copy(t, t.got);
+    } else {
+      err = start_copy(t, t.c.len);
+    }
+    if (err) return report(t.c, 0, err);
+    t.busy = true;
+  }
+
+  // Waits for the turn's copy; a write then goes to the kernel.
+  void finish(Turn& t) {
+    t.busy = false;
+    Error err = wait_copy(t);
+    if (err.ok() && !reading()) err = kernel_io(t.plan, t.c, &t.got);
+    report(t.c, err ? 0 : t.got, err);
+  }
+
+  // One kernel IO per segment of the plan, continued until done, short at end of file, or
+  // failed (exec::apply_result's rules, as the workers apply them).
+  Error kernel_io(ChunkPlan& plan, const Chunk& c, uint64_t* got) {
+    Error err;
+    for (int k = 0; k < plan.count && err.ok(); ++k) {
+      Segment& seg = plan.seg[k];
+      SegmentNext next = SegmentNext::again;
+      if (job_.guess != nullptr && reading()) {
+        ssize_t r = first_read_from_cache(job_, seg);
+        if (r != -EAGAIN) next = apply_result(job_, seg, static_cast<int>(r), &err);
+      }
+      while (next == SegmentNext::again)
+        next = apply_result(job_, seg, static_cast<int>(io_now(job_, seg)), &err);
+    }
+    *got = err ? 0 : contiguous_bytes(plan, c.off, c.len);
+    if (err.ok() && !reading() && *got < c.len) err = Error::sys(EIO);
+    return err;
+  }
+
+  Error start_copy(Turn& t, uint64_t n) {
+    const cuda::Driver* d = cuda::driver();
+    const cuda::CUdeviceptr dev = job_.addr + (t.c.off - job_.file_off);
+    t.stream = stream_for(*t.buf);
+    cuda::CUresult r;
+    if (t.stream == nullptr) {  // no stream of its own: a synchronous copy
+      r = reading() ? d->MemcpyHtoD(dev, t.host, n) : d->MemcpyDtoH(t.host, dev, n);
+      return r == cuda::CUDA_SUCCESS ? Error::none() : Error::cu(r);
+    }
+    r = reading() ? d->MemcpyHtoDAsync(dev, t.host, n, t.stream)
+                  : d->MemcpyDtoHAsync(t.host, dev, n, t.stream);
+    if (r != cuda::CUDA_SUCCESS) {
+      d->StreamSynchronize(t.stream);  // the buffer goes back to the pool after this
+      return Error::cu(r);
+    }
+    return Error::none();
+  }
+
+  Error wait_copy(const Turn& t) {
+    if (t.stream == nullptr) return Error::none();
+    cuda::CUresult r = cuda::driver()->StreamSynchronize(t.stream);
+    return r == cuda::CUDA_SUCCESS ? Error::none() : Error::cu(r);
+  }
+
+  // The buffer's stream in the job's context (current on this thread), made at first use; null
+  // when the driver will not make one.
+  cuda::CUstream stream_for(StagingPool::Buffer& b) {
+    for (const StagingPool::Buffer::Stream& s : b.streams)
+      if (s.ctx == job_.mem.context) return s.stream;
+    constexpr unsigned kBlockingStream = 0;  // CU_STREAM_DEFAULT: ordered after the legacy stream
+    cuda::CUstream s = nullptr;
+    if (cuda::driver()->StreamCreate(&s, kBlockingStream) != cuda::CUDA_SUCCESS) return nullptr;
+    b.streams.push_back({job_.mem.context, s});
+    return s;
+  }
+
+  void report(const Chunk& c, uint64_t got, Error err) {
+    if (err.ok()) moved_ += got;
+    job_.chunk_done(c.off, c.len, got, err);
+  }
+
+  Job& job_;
+  Turn turn_[StagingLease::kMaxBuffers];
+  const unsigned turns_;
+  uint64_t moved_ = 0;
+};
+
+}  // namespace
+
+uint64_t run_on_caller(Job& job, const StagingLease& lease) {
+  return CallerRun(job, lease).run();
+}
+
+}  // namespace gpufile::exec

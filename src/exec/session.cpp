@@ -1,0 +1,124 @@
+#include "exec/session.hpp"
+
+#include <unistd.h>
+
+#include <algorithm>
+
+#include "core/align.hpp"
+#include "core/log.hpp"
+#include "cuda/driver.hpp"
+#include "sys/os.hpp"
+
+namespace gpufile {
+
+FileHandle::~FileHandle() {
+  if (own_buffered >= 0) sys::os().close(own_buffered);
+  if (own_direct >= 0) sys::os().close(own_direct);
+}
+
+void wait_for_zero(const std::atomic<int>& counter) {
+  for (int v = counter.load(std::memory_order_acquire); v != 0;
+       v = counter.load(std::memory_order_acquire))
+    counter.wait(v, std::memory_order_acquire);
+}
+
+void drop(std::atomic<int>& counter) {
+  if (counter.fetch_sub(1, std::memory_order_acq_rel) == 1) counter.notify_all();
+}
+
+route::StorageFacts storage_facts(const Settings& s, const FileHandle& h, sys::IoKind kind,
+                                  uint64_t len) {
+  route::StorageFacts f;
+  f.kind = kind;
+  f.len = len;
+  f.direct_capable = h.ref.fd_direct >= 0;
+  f.memory_backed = h.memory_backed;
+  f.opened_direct = h.user_direct;
+  f.policy = s.direct_io;
+  f.force_odirect = s.force_odirect_mode;
+  f.looks_cached = h.guess.looks_cached.load(std::memory_order_relaxed);
+  f.nowait_refused = h.guess.nowait_refused.load(std::memory_order_relaxed);
+  return f;
+}
+
+void ask_residency(FileHandle& h, uint64_t off, uint64_t len, route::StorageFacts& f) {
+  if (!route::wants_residency(f)) return;
+  sys::Residency r;
+  if (sys::os().cachestat(h.ref.fd_buffered, off, len, &r) != 0) return;
+  f.residency = r;
+  exec::CacheGuess::set(h.guess.looks_cached, r.cached_pages >= r.total_pages);
+}
+
+namespace {
+
+unsigned online_cores() {
+  long cores = sysconf(_SC_NPROCESSORS_ONLN);
+  return cores > 0 ? static_cast<unsigned>(cores) : 1;
+}
+
+// Page-cache reads into the GPU are bound by the CPU copy out of the cache (every byte crosses
+// memory three times: page cache, slab, DMA), so reaching the PCIe ceiling (about 45-51 GiB/s)
+// takes many workers, but not one per core: workers spin while the driver waits for their
+// copies, and past the ceiling more of them only burn CPU and crowd the callers' threads.
+// Measured on the 16-core H100 machine (bench/probe_workers.sh, docs/performance.md, two rounds,
+// warm 4 GiB file / /dev/shm, GiB/s and CPU-s/GiB): 8 workers 47.8-47.9 (0.17) / 39-40;
+// 12 workers 45.0-48.5 (0.24-0.26) / 45.2-46.1; 16 workers 44.0-46.6 (0.33-0.35) / 42.8-46.7;
+// 1 MiB x 4 calls 16.3-16.5 GiB/s with 12 against 15.2-15.4 with 16. Three per four cores,
+// 4 to 16.
+size_t automatic_workers(unsigned cores) { return std::clamp<size_t>(cores * 3 / 4, 4, 16); }
+
+exec::ExecutorConfig executor_config(const Settings& s) {
+  constexpr uint64_t kPageSize = 4096;
+  exec::ExecutorConfig c;
+  c.cores = online_cores();
+  c.workers = static_cast<unsigned>(s.workers ? s.workers : automatic_workers(c.cores));
+  c.slabs_per_worker = static_cast<unsigned>(std::max<size_t>(2, s.slabs_per_worker));
+  c.slab_bytes = std::max<uint64_t>(kMaxDioAlign, align_up(s.slab_size_kb * 1024, kMaxDioAlign));
+  c.min_chunk_bytes = align_up(s.min_chunk_kb * 1024, kPageSize);
+  c.ring_depth = static_cast<unsigned>(std::max<size_t>(8, s.ring_depth));
+  c.engine = s.engine;
+  return c;
+}
+
+// Makes a context current for the pinned allocations: device 0's primary context unless the
+// caller already made one current.
+void ensure_context(const cuda::Driver& d) {
+  cuda::CUcontext ctx = nullptr;
+  d.CtxGetCurrent(&ctx);
+  if (ctx != nullptr) return;
+  cuda::CUdevice dev = 0;
+  d.DeviceGet(&dev, 0);
+  if (d.DevicePrimaryCtxRetain(&ctx, dev) == cuda::CUDA_SUCCESS) d.CtxSetCurrent(ctx);
+}
+
+// Staging for callers' threads (GPU memory only: host memory is read into directly). Two slabs
+// per core at most: a caller pipelines with two, and callers beyond the cores only wait for
+// CPU time (one with a single slab runs its pieces one after another; one with none leaves
+// them to the workers). Two are made at open, for the first large call.
+void init_caller_staging(Session& s, const exec::ExecutorConfig& c) {
+  const uint64_t small = std::min<uint64_t>(s.settings.small_io_threshold_kb * 1024, c.slab_bytes);
+  if (small > 0) s.small.init(small + 2 * kMaxDioAlign, 4 * c.cores, 16);
+  const unsigned slabs = s.settings.caller_slabs ? static_cast<unsigned>(s.settings.caller_slabs)
+                                                 : std::max(8u, 2 * c.cores);
+  s.slabs.init(c.slab_bytes, slabs, 2);
+}
+
+}  // namespace
+
+Error start_session(Session& s) {
+  s.gpu = cuda::driver() != nullptr;
+  if (!s.gpu)
+    GPUFILE_LOG(LogLevel::info, "no GPU: host memory only (%s)", cuda::why_no_driver().c_str());
+  if (const cuda::Driver* d = cuda::driver()) ensure_context(*d);
+  const exec::ExecutorConfig c = executor_config(s.settings);
+  s.exec = std::make_unique<exec::Executor>(c);
+  if (Error e = s.exec->start()) return e;
+  // At ERROR level so that the default configuration (cuFile's logging.level is ERROR) shows
+  // it: losing io_uring is the one fallback an operator must be able to see.
+  if (!s.exec->engine_note().empty() && s.settings.engine == EnginePolicy::automatic)
+    GPUFILE_LOG(LogLevel::error, "%s", s.exec->engine_note().c_str());
+  if (s.gpu) init_caller_staging(s, c);
+  return Error::none();
+}
+
+}  // namespace gpufile

@@ -1,0 +1,86 @@
+// Inside the runtime (not for other layers): one open driver session, the registered files and
+// buffers it holds, and the counters that let deregistration and close wait for IO in flight.
+#pragma once
+
+#include <sys/types.h>
+
+#include <atomic>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <unordered_map>
+
+#include "core/settings.hpp"
+#include "cuda/memory.hpp"
+#include "exec/caller.hpp"
+#include "exec/executor.hpp"
+#include "exec/job.hpp"
+#include "route/route.hpp"
+
+namespace gpufile {
+
+struct FileHandle {
+  int user_fd = -1;
+  dev_t dev = 0;
+  ino_t ino = 0;
+  int access = 0;  // O_RDONLY / O_WRONLY / O_RDWR
+  bool user_direct = false;
+  bool memory_backed = false;  // tmpfs / ramfs
+  int own_buffered = -1;       // fds gpufile opened itself and closes
+  int own_direct = -1;
+  exec::FileRef ref;
+  exec::CacheGuess guess;
+  std::atomic<int> inflight{0};
+
+  ~FileHandle();
+};
+
+struct BufferRegistration {
+  uint64_t base = 0;
+  uint64_t length = 0;
+  // What the driver said the memory is when it was registered: the caller promises it stays
+  // allocated until deregistered, so IO on it need not ask again (one driver call per IO).
+  cuda::MemInfo mem;
+  std::atomic<int> inflight{0};
+};
+
+struct Session {
+  Settings settings;
+  std::unique_ptr<exec::Executor> exec;
+  exec::StagingPool small;  // callers' staging for small IO (up to small_io_kb)
+  exec::StagingPool slabs;  // callers' staging for the pieces of larger IO (one slab each)
+  bool gpu = false;
+  std::atomic<int> inflight{0};
+  std::atomic<int> sync_calls{0};  // synchronous calls in Runtime::run right now
+
+  std::mutex files_mu;
+  std::unordered_map<uintptr_t, std::shared_ptr<FileHandle>> files;  // by handle token
+  uintptr_t next_token = 0x1000;
+
+  std::mutex buffers_mu;
+  std::map<uint64_t, std::shared_ptr<BufferRegistration>> buffers;  // by base address
+
+  ~Session() { exec.reset(); }  // workers stop before the pools they use go away
+};
+
+// What the routing needs to know of a file to choose between O_DIRECT and the page cache for an
+// IO of `len` bytes; everything but the residency and whether the caller waits.
+route::StorageFacts storage_facts(const Settings& s, const FileHandle& h, sys::IoKind kind,
+                                  uint64_t len);
+// Asks the page cache about [off, off+len) when the facts need it (one cachestat call), and
+// updates the file's guess with the answer.
+void ask_residency(FileHandle& h, uint64_t off, uint64_t len, route::StorageFacts& f);
+
+// Sets up a session from its settings: the executor and its workers, the callers' staging.
+Error start_session(Session& s);
+
+// The largest DIO alignment the staging grid supports; files demanding more use the page cache.
+inline constexpr uint32_t kMaxDioAlign = 4096;
+
+// Waits until `counter` drops to zero.
+void wait_for_zero(const std::atomic<int>& counter);
+// Counts one off; the last one wakes wait_for_zero.
+void drop(std::atomic<int>& counter);
+
+}  // namespace gpufile

@@ -1,0 +1,131 @@
+#include "route/route.hpp"
+
+#include <algorithm>
+
+#include "core/align.hpp"
+
+namespace gpufile::route {
+
+const char* describe(Reason why) {
+  switch (why) {
+    case Reason::no_direct: return "the file system refuses O_DIRECT: page cache";
+    case Reason::in_memory: return "the file lives in memory (tmpfs, ramfs): page cache";
+    case Reason::policy_never: return "GPUFILE_DIRECT_IO=never: page cache";
+    case Reason::policy_always: return "GPUFILE_DIRECT_IO=always: O_DIRECT";
+    case Reason::force_odirect: return "properties.force_odirect_mode: O_DIRECT";
+    case Reason::writes_direct: return "writes bypass the page cache: O_DIRECT";
+    case Reason::looks_cached:
+      return "the file's reads were last found cached: page cache, taking only cached bytes "
+             "first (RWF_NOWAIT)";
+    case Reason::cached: return "the range is in the page cache: page cache";
+    case Reason::not_cached: return "the range is not in the page cache: O_DIRECT";
+    case Reason::follows_open:
+      return "residency unknown (no cachestat): O_DIRECT only if the file was opened so";
+    case Reason::asynchronous: return "asynchronous IO: the workers run it";
+    case Reason::caller_thread_off: return "gpufile.small_io_kb is 0: the workers run it";
+    case Reason::small_io: return "small IO: one kernel IO and one copy on the calling thread";
+    case Reason::one_piece: return "one piece: the calling thread runs it (a hand-off would only add delay)";
+    case Reason::callers_busy:
+      return "enough calls run at once to keep the cores busy: each caller runs its own pieces";
+    case Reason::shared: return "the calling thread and idle workers share the pieces";
+    case Reason::no_staging: return "no caller staging buffer free: the workers run it";
+    case Reason::count: break;
+  }
+  return "?";
+}
+
+const char* describe(Runner r) {
+  switch (r) {
+    case Runner::caller: return "calling thread";
+    case Runner::caller_and_workers: return "calling thread and workers";
+    case Runner::workers: return "workers";
+  }
+  return "?";
+}
+
+// ---- storage -------------------------------------------------------------------------------------
+
+namespace {
+
+// The rules that need no residency: a choice, or nullopt when the page cache must be asked.
+std::optional<StorageChoice> choose_without_residency(const StorageFacts& f) {
+  if (!f.direct_capable) return StorageChoice{false, false, f.memory_backed ? Reason::in_memory : Reason::no_direct};
+  switch (f.policy) {
+    case DirectIoPolicy::never: return StorageChoice{false, false, Reason::policy_never};
+    case DirectIoPolicy::always: return StorageChoice{true, false, Reason::policy_always};
+    case DirectIoPolicy::automatic: break;
+  }
+  if (f.force_odirect) return StorageChoice{true, false, Reason::force_odirect};
+  if (f.kind == sys::IoKind::write) return StorageChoice{true, false, Reason::writes_direct};
+  // Only a read sure to run on its caller's thread may guess: that is where RWF_NOWAIT is tried.
+  if (f.synchronous && f.len <= kGuessMaxBytes && f.looks_cached && !f.nowait_refused)
+    return StorageChoice{false, true, Reason::looks_cached};
+  return std::nullopt;
+}
+
+}  // namespace
+
+bool wants_residency(const StorageFacts& f) { return !choose_without_residency(f).has_value(); }
+
+StorageChoice choose_storage(const StorageFacts& f) {
+  if (auto c = choose_without_residency(f)) return *c;
+  if (!f.residency) return {f.opened_direct, false, Reason::follows_open};
+  // Data already in the page cache is served from there: O_DIRECT would read the disk again.
+  const bool mostly_cold = f.residency->cached_pages * 2 < f.residency->total_pages;
+  return {mostly_cold, false, mostly_cold ? Reason::not_cached : Reason::cached};
+}
+
+// ---- threads -------------------------------------------------------------------------------------
+
+uint64_t piece_step(uint64_t len, unsigned pieces, uint64_t min_chunk, uint64_t slab) {
+  const uint64_t even = (len + pieces - 1) / std::max(1u, pieces);
+  // Multiples of 4 KiB keep every cut on the grid of any DIO alignment staging supports.
+  const uint64_t step = align_up(std::max(even, min_chunk), uint64_t{4096});
+  return std::max<uint64_t>(4096, std::min(step, align_down(slab, 4096)));
+}
+
+uint32_t piece_count(uint64_t grid_offset, uint64_t len, uint64_t step) {
+  if (len == 0) return 1;
+  return static_cast<uint32_t>((grid_offset + len + step - 1) / step);
+}
+
+namespace {
+
+ThreadPlan plan(Runner runner, uint64_t step, const LoadFacts& f, unsigned helpers, Reason why) {
+  ThreadPlan p;
+  p.runner = runner;
+  p.step = step;
+  p.pieces = piece_count(f.grid_offset, f.len, step);
+  p.helpers = std::min<unsigned>(helpers, runner == Runner::workers ? p.pieces : p.pieces - 1);
+  p.why = why;
+  return p;
+}
+
+}  // namespace
+
+ThreadPlan plan_for_workers(const LoadFacts& f, Reason why) {
+  return plan(Runner::workers, piece_step(f.len, f.workers, f.min_chunk, f.slab), f, f.workers, why);
+}
+
+ThreadPlan plan_threads(const LoadFacts& f) {
+  if (!f.synchronous) return plan_for_workers(f, Reason::asynchronous);
+  if (f.small_io_bytes == 0) return plan_for_workers(f, Reason::caller_thread_off);
+  // Small IO is one piece on the caller's thread, with one staging buffer big enough for it
+  // (never more than a slab, whatever small_io_kb says: above that the caller pipelines).
+  if (f.len <= std::min(f.small_io_bytes, f.slab)) {
+    const uint64_t whole = align_up(f.grid_offset + f.len, uint64_t{4096});
+    return plan(Runner::caller, whole, f, 0, Reason::small_io);
+  }
+  // Cores the calling threads leave free go to idle workers, in equal shares per caller: one
+  // caller alone gets every idle worker; 16 callers on 16 cores get none and each runs its own
+  // pieces, with no hand-off at all (a worker would only compete for the same cores).
+  const unsigned callers = std::max(1u, f.callers);
+  const unsigned spare = f.cores > callers ? f.cores - callers : 0;
+  const unsigned share = std::min(f.idle_workers, spare) / callers;
+  const uint64_t step = piece_step(f.len, share + 1, f.min_chunk, f.slab);
+  if (piece_count(f.grid_offset, f.len, step) == 1) return plan(Runner::caller, step, f, 0, Reason::one_piece);
+  if (share == 0) return plan(Runner::caller, step, f, 0, Reason::callers_busy);
+  return plan(Runner::caller_and_workers, step, f, share, Reason::shared);
+}
+
+}  // namespace gpufile::route

@@ -1,0 +1,120 @@
+// The routing policy: which path each request takes, and why. Pure functions of the facts the
+// runtime gathers (memory, file, page-cache residency, load); no system or driver call is made
+// here, so every rule is tested by a table (tests/unit/test_route.cpp) and `gpufile check`
+// prints the same reasons the data path acts on.
+//
+// Two independent choices make a route:
+//   storage   the aligned body through O_DIRECT, or through the page cache;
+//   threads   who runs the pieces of a request: the calling thread, the IO workers, or both.
+// (The memory side needs no choice: GPU memory is staged through pinned host memory, host
+// memory is read into or written from directly.)
+#pragma once
+
+#include <cstdint>
+#include <optional>
+
+#include "core/settings.hpp"
+#include "sys/os.hpp"
+
+namespace gpufile::route {
+
+// Why a route was taken. describe() gives the sentence `gpufile check` and the logs print.
+enum class Reason : int {
+  // storage
+  no_direct,          // the file system refuses O_DIRECT (or demands an alignment staging lacks)
+  in_memory,          // tmpfs / ramfs: the page cache is the file
+  policy_never,       // GPUFILE_DIRECT_IO=never
+  policy_always,      // GPUFILE_DIRECT_IO=always
+  force_odirect,      // properties.force_odirect_mode
+  writes_direct,      // writes bypass the page cache
+  looks_cached,       // a small read of a file whose reads were last found cached
+  cached,             // cachestat: the range is (mostly) in the page cache
+  not_cached,         // cachestat: the range is (mostly) not in the page cache
+  follows_open,       // no cachestat: follow the way the caller opened the file
+  // threads
+  asynchronous,       // batch, stream and future IO: the caller does not wait
+  caller_thread_off,  // gpufile.small_io_kb = 0
+  small_io,           // at or below small_io_kb
+  one_piece,          // the request is one piece anyway
+  callers_busy,       // enough calls run at once to keep every core busy
+  shared,             // the caller and idle workers share the pieces
+  no_staging,         // every caller staging buffer is in use: the workers run it
+  count
+};
+const char* describe(Reason why);
+
+// ---- storage -------------------------------------------------------------------------------------
+
+// The largest read that may skip cachestat on the strength of the file's last answer: the
+// syscall costs about half of a cached 4 KiB pread, while above a few pieces it is noise.
+inline constexpr uint64_t kGuessMaxBytes = 1 << 20;
+
+struct StorageFacts {
+  sys::IoKind kind = sys::IoKind::read;
+  uint64_t len = 0;
+  bool synchronous = true;     // a guessed read must run on the caller's thread (RWF_NOWAIT)
+  bool direct_capable = false; // the file has a working O_DIRECT fd staging can serve
+  bool memory_backed = false;  // tmpfs / ramfs
+  bool opened_direct = false;  // the caller's fd has O_DIRECT
+  DirectIoPolicy policy = DirectIoPolicy::automatic;
+  bool force_odirect = false;
+  bool looks_cached = false;   // the file's last cachestat found a read's range all cached
+  bool nowait_refused = false; // the file system refused RWF_NOWAIT once
+  // Residency of the range, where the caller asked (wants_residency) and the kernel answered.
+  std::optional<sys::Residency> residency;
+};
+
+struct StorageChoice {
+  bool direct = false;
+  // Read with RWF_NOWAIT first: bytes missing from the cache drop the file's guess.
+  bool guessed = false;
+  Reason why = Reason::no_direct;
+};
+
+// Whether choose_storage needs the range's residency (one cachestat call) for these facts.
+bool wants_residency(const StorageFacts& f);
+StorageChoice choose_storage(const StorageFacts& f);
+
+// ---- threads -------------------------------------------------------------------------------------
+
+enum class Runner : int {
+  caller,              // the calling thread runs every piece (through its own staging)
+  caller_and_workers,  // the caller runs pieces while idle workers take others
+  workers,             // the workers run every piece; the caller waits (or does not, if async)
+};
+const char* describe(Runner r);
+
+struct LoadFacts {
+  uint64_t len = 0;
+  uint64_t grid_offset = 0;     // file offset minus the offset rounded down to the DIO alignment
+  bool synchronous = true;      // the caller waits for the result
+  uint64_t small_io_bytes = 0;  // gpufile.small_io_kb in bytes; 0 keeps IO off the caller
+  unsigned callers = 1;         // synchronous calls running now, this one included
+  unsigned workers = 1;
+  unsigned idle_workers = 0;    // workers asleep for want of work
+  unsigned cores = 1;
+  uint64_t min_chunk = 256 << 10;
+  uint64_t slab = 4 << 20;      // the largest piece: one staging slab
+};
+
+struct ThreadPlan {
+  Runner runner = Runner::workers;
+  uint64_t step = 0;       // pieces sit on a grid of this many bytes (a 4 KiB multiple)
+  uint32_t pieces = 1;     // how many pieces that makes
+  unsigned helpers = 0;    // workers to wake for the pieces the caller leaves
+  Reason why = Reason::asynchronous;
+};
+
+// The size of the pieces a request of `len` bytes is cut into when `pieces` threads share it:
+// equal shares, none below min_chunk (a piece's fixed costs outweigh another thread's help
+// there), none above a slab, on a 4 KiB grid.
+uint64_t piece_step(uint64_t len, unsigned pieces, uint64_t min_chunk, uint64_t slab);
+// How many pieces [grid_offset, grid_offset + len) makes on a grid of `step`.
+uint32_t piece_count(uint64_t grid_offset, uint64_t len, uint64_t step);
+
+ThreadPlan plan_threads(const LoadFacts& f);
+// Every piece to the workers, spread over all of them (what plan_threads does for asynchronous
+// IO; the runtime's fallback when no caller staging is free).
+ThreadPlan plan_for_workers(const LoadFacts& f, Reason why);
+
+}  // namespace gpufile::route

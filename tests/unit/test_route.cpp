@@ -1,0 +1,243 @@
+// The routing policy (src/route/route.hpp), table by table: which path a request takes and why.
+#include <gtest/gtest.h>
+
+#include <optional>
+#include <string>
+
+#include "route/route.hpp"
+
+namespace gpufile::route {
+namespace {
+
+constexpr uint64_t KiB = 1024, MiB = 1024 * KiB;
+
+// ---- piece sizes -----------------------------------------------------------------------------------
+
+struct StepRow {
+  uint64_t len;
+  unsigned pieces;
+  uint64_t min_chunk;
+  uint64_t want;
+  const char* why;
+};
+
+TEST(PieceStep, EqualSharesOnTheGridBetweenTheMinimumAndASlab) {
+  const StepRow rows[] = {
+      {100, 16, 256 * KiB, 256 * KiB, "a small request is cut no finer than the minimum"},
+      {1 * MiB, 16, 256 * KiB, 256 * KiB, "four threads share a 1 MiB call"},
+      {16 * MiB, 16, 256 * KiB, 1 * MiB, "mid-sized requests are spread over every thread"},
+      {16 * MiB + 1, 16, 256 * KiB, 1 * MiB + 4 * KiB, "rounded up to the 4 KiB grid"},
+      {64 * MiB, 16, 256 * KiB, 4 * MiB, "large requests are cut into slabs"},
+      {8ull << 30, 16, 256 * KiB, 4 * MiB, "however large"},
+      {1 * MiB, 16, 16 * MiB, 4 * MiB, "a minimum above the slab is capped at the slab"},
+      {16 * MiB, 1, 256 * KiB, 4 * MiB, "one thread alone: slab-sized pieces"},
+      {4 * MiB, 2, 256 * KiB, 2 * MiB, "two threads: halves"},
+  };
+  for (const StepRow& r : rows)
+    EXPECT_EQ(piece_step(r.len, r.pieces, r.min_chunk, 4 * MiB), r.want) << r.why;
+}
+
+TEST(PieceStep, StepsStayOnTheFourKiBGridAndCoverTheRequest) {
+  for (uint64_t len : {1ull, 4095ull, 12345ull, 1000000ull, 3333333ull}) {
+    uint64_t step = piece_step(len, 7, 4 * KiB, 4 * MiB);
+    EXPECT_EQ(step % (4 * KiB), 0u) << len;
+    EXPECT_GE(step * 7, len) << len;  // seven pieces cover it
+  }
+}
+
+TEST(PieceCount, CountsPiecesOnTheGridFromTheAlignedStart) {
+  EXPECT_EQ(piece_count(0, 4 * MiB, 1 * MiB), 4u);
+  EXPECT_EQ(piece_count(100, 4 * MiB, 1 * MiB), 5u);  // starts inside a block: one more
+  EXPECT_EQ(piece_count(0, 1, 1 * MiB), 1u);
+  EXPECT_EQ(piece_count(0, 0, 1 * MiB), 1u);
+}
+
+// ---- threads ---------------------------------------------------------------------------------------
+
+// The lent GPU machine: 16 cores, 12 workers, 4 MiB slabs, 256 KiB minimum, 64 KiB small IO.
+LoadFacts sixteen_cores(uint64_t len, unsigned callers, unsigned idle = 12) {
+  LoadFacts f;
+  f.len = len;
+  f.callers = callers;
+  f.workers = 12;
+  f.idle_workers = idle;
+  f.cores = 16;
+  f.small_io_bytes = 64 * KiB;
+  return f;
+}
+
+struct ThreadRow {
+  const char* what;
+  LoadFacts facts;
+  Runner runner;
+  uint32_t pieces;
+  unsigned helpers;
+  Reason why;
+};
+
+LoadFacts async(LoadFacts f) {
+  f.synchronous = false;
+  return f;
+}
+LoadFacts small_io_off(LoadFacts f) {
+  f.small_io_bytes = 0;
+  return f;
+}
+LoadFacts at(LoadFacts f, uint64_t grid_offset) {
+  f.grid_offset = grid_offset;
+  return f;
+}
+
+TEST(PlanThreads, WhoRunsWhat) {
+  const ThreadRow rows[] = {
+      {"a 4 KiB read: small IO, on the caller", sixteen_cores(4 * KiB, 1), Runner::caller, 1, 0,
+       Reason::small_io},
+      {"small IO stays on the caller however busy", sixteen_cores(64 * KiB, 64, 0), Runner::caller,
+       1, 0, Reason::small_io},
+      {"200 KiB is one piece: the caller alone", sixteen_cores(200 * KiB, 1), Runner::caller, 1,
+       0, Reason::one_piece},
+      {"200 KiB across a piece boundary: two pieces, one worker helps",
+       at(sixteen_cores(200 * KiB, 1), 100 * KiB), Runner::caller_and_workers, 2, 1,
+       Reason::shared},
+      {"1 MiB alone: the caller and three workers", sixteen_cores(1 * MiB, 1),
+       Runner::caller_and_workers, 4, 3, Reason::shared},
+      {"64 MiB alone: slab pieces, every idle worker helps", sixteen_cores(64 * MiB, 1),
+       Runner::caller_and_workers, 16, 12, Reason::shared},
+      {"4 MiB x 4 callers: three helpers each", sixteen_cores(4 * MiB, 4),
+       Runner::caller_and_workers, 4, 3, Reason::shared},
+      {"4 MiB x 8 callers: one helper each", sixteen_cores(4 * MiB, 8), Runner::caller_and_workers,
+       2, 1, Reason::shared},
+      {"4 MiB x 16 callers: no core to spare, each runs its own", sixteen_cores(4 * MiB, 16),
+       Runner::caller, 1, 0, Reason::one_piece},
+      {"16 MiB x 16 callers: the caller pipelines its four slabs", sixteen_cores(16 * MiB, 16),
+       Runner::caller, 4, 0, Reason::callers_busy},
+      {"workers busy elsewhere: the caller runs its own", sixteen_cores(16 * MiB, 1, 0),
+       Runner::caller, 4, 0, Reason::callers_busy},
+      {"asynchronous IO goes to the workers", async(sixteen_cores(16 * MiB, 1)), Runner::workers,
+       12, 12, Reason::asynchronous},
+      {"asynchronous small IO too", async(sixteen_cores(4 * KiB, 1)), Runner::workers, 1, 1,
+       Reason::asynchronous},
+      {"small_io_kb = 0 keeps IO off the caller", small_io_off(sixteen_cores(4 * KiB, 16)),
+       Runner::workers, 1, 1, Reason::caller_thread_off},
+  };
+  for (const ThreadRow& r : rows) {
+    SCOPED_TRACE(r.what);
+    ThreadPlan p = plan_threads(r.facts);
+    EXPECT_EQ(p.runner, r.runner) << describe(p.runner);
+    EXPECT_EQ(p.pieces, r.pieces);
+    EXPECT_EQ(p.helpers, r.helpers);
+    EXPECT_EQ(p.why, r.why) << describe(p.why);
+    EXPECT_EQ(piece_count(r.facts.grid_offset, r.facts.len, p.step), p.pieces);
+  }
+}
+
+TEST(PlanThreads, NoPieceIsLargerThanASlabExceptSmallIoOnTheCaller) {
+  for (uint64_t len : {65 * KiB, 1 * MiB, 5 * MiB + 3, 64 * MiB})
+    for (unsigned callers : {1u, 3u, 16u, 40u})
+      for (unsigned idle : {0u, 5u, 12u}) {
+        ThreadPlan p = plan_threads(sixteen_cores(len, callers, idle));
+        EXPECT_LE(p.step, 4 * MiB) << len << " " << callers << " " << idle;
+        EXPECT_LE(p.helpers, idle) << "woke more workers than are idle";
+      }
+}
+
+TEST(PlanThreads, SmallIoThresholdAboveASlabIsCappedAtTheSlab) {
+  LoadFacts f = sixteen_cores(8 * MiB, 1);
+  f.small_io_bytes = 64 * MiB;
+  ThreadPlan p = plan_threads(f);
+  EXPECT_NE(p.why, Reason::small_io);
+  EXPECT_LE(p.step, 4 * MiB);
+}
+
+TEST(PlanThreads, TheWorkersFallbackSpreadsOverEveryWorker) {
+  ThreadPlan p = plan_for_workers(sixteen_cores(48 * MiB, 16), Reason::no_staging);
+  EXPECT_EQ(p.runner, Runner::workers);
+  EXPECT_EQ(p.pieces, 12u);
+  EXPECT_EQ(p.helpers, 12u);
+  EXPECT_EQ(p.why, Reason::no_staging);
+}
+
+// ---- storage ---------------------------------------------------------------------------------------
+
+StorageFacts ext4_read(uint64_t len) {
+  StorageFacts f;
+  f.len = len;
+  f.direct_capable = true;
+  return f;
+}
+
+struct StorageRow {
+  const char* what;
+  StorageFacts facts;
+  bool wants_residency;
+  bool direct;
+  bool guessed;
+  Reason why;
+};
+
+template <typename Fn>
+StorageFacts with(StorageFacts f, Fn fn) {
+  fn(f);
+  return f;
+}
+
+TEST(ChooseStorage, DirectOrPageCache) {
+  const sys::Residency cold{10, 100}, warm{90, 100}, half{50, 100};
+  const StorageRow rows[] = {
+      {"no O_DIRECT fd", with(ext4_read(MiB), [](auto& f) { f.direct_capable = false; }), false,
+       false, false, Reason::no_direct},
+      {"tmpfs", with(ext4_read(MiB), [](auto& f) { f.direct_capable = false; f.memory_backed = true; }),
+       false, false, false, Reason::in_memory},
+      {"policy never", with(ext4_read(MiB), [](auto& f) { f.policy = DirectIoPolicy::never; }),
+       false, false, false, Reason::policy_never},
+      {"policy always beats a cached range",
+       with(ext4_read(MiB), [&](auto& f) { f.policy = DirectIoPolicy::always; f.residency = warm; }),
+       false, true, false, Reason::policy_always},
+      {"force_odirect_mode", with(ext4_read(MiB), [](auto& f) { f.force_odirect = true; }), false,
+       true, false, Reason::force_odirect},
+      {"writes go direct", with(ext4_read(MiB), [](auto& f) { f.kind = sys::IoKind::write; }),
+       false, true, false, Reason::writes_direct},
+      {"cold range", with(ext4_read(MiB), [&](auto& f) { f.residency = cold; }), true, true, false,
+       Reason::not_cached},
+      {"cached range", with(ext4_read(MiB), [&](auto& f) { f.residency = warm; }), true, false,
+       false, Reason::cached},
+      {"half cached stays in the cache", with(ext4_read(MiB), [&](auto& f) { f.residency = half; }),
+       true, false, false, Reason::cached},
+      {"no cachestat, plain fd", ext4_read(MiB), true, false, false, Reason::follows_open},
+      {"no cachestat, O_DIRECT fd", with(ext4_read(MiB), [](auto& f) { f.opened_direct = true; }),
+       true, true, false, Reason::follows_open},
+      {"a small read of a file that looks cached guesses",
+       with(ext4_read(4 * KiB), [](auto& f) { f.looks_cached = true; }), false, false, true,
+       Reason::looks_cached},
+      {"up to 1 MiB may guess", with(ext4_read(MiB), [](auto& f) { f.looks_cached = true; }),
+       false, false, true, Reason::looks_cached},
+      {"above 1 MiB asks",
+       with(ext4_read(MiB + 1), [&](auto& f) { f.looks_cached = true; f.residency = cold; }),
+       true, true, false, Reason::not_cached},
+      {"asynchronous reads never guess",
+       with(ext4_read(4 * KiB), [&](auto& f) { f.looks_cached = true; f.synchronous = false; f.residency = cold; }),
+       true, true, false, Reason::not_cached},
+      {"no guess where RWF_NOWAIT was refused",
+       with(ext4_read(4 * KiB), [&](auto& f) { f.looks_cached = true; f.nowait_refused = true; f.residency = warm; }),
+       true, false, false, Reason::cached},
+      {"writes never guess",
+       with(ext4_read(4 * KiB), [](auto& f) { f.looks_cached = true; f.kind = sys::IoKind::write; }),
+       false, true, false, Reason::writes_direct},
+  };
+  for (const StorageRow& r : rows) {
+    SCOPED_TRACE(r.what);
+    EXPECT_EQ(wants_residency(r.facts), r.wants_residency);
+    StorageChoice c = choose_storage(r.facts);
+    EXPECT_EQ(c.direct, r.direct);
+    EXPECT_EQ(c.guessed, r.guessed);
+    EXPECT_EQ(c.why, r.why) << describe(c.why);
+  }
+}
+
+TEST(Describe, EveryReasonHasASentence) {
+  for (int i = 0; i < static_cast<int>(Reason::count); ++i)
+    EXPECT_NE(std::string(describe(static_cast<Reason>(i))), "?") << i;
+}
+
+}  // namespace
+}  // namespace gpufile::route
