@@ -94,10 +94,11 @@ void ensure_context(const cuda::Driver& d) {
 // Staging for callers' threads (GPU memory only: host memory is read into directly). Two slabs
 // per core at most: a caller pipelines with two, and callers beyond the cores only wait for
 // CPU time (one with a single slab runs its pieces one after another; one with none leaves
-// them to the workers). Two are made at open, for the first large call.
+// them to the workers). Two are made at open, for the first large call. Small IO buffers are
+// small: one for each of many threads (64 at least, 16 made at open).
 void init_caller_staging(Session& s, const exec::ExecutorConfig& c) {
   const uint64_t small = std::min<uint64_t>(s.settings.small_io_threshold_kb * 1024, c.slab_bytes);
-  if (small > 0) s.small.init(small + 2 * kMaxDioAlign, 4 * c.cores, 16);
+  if (small > 0) s.small.init(small + 2 * kMaxDioAlign, std::max(64u, 4 * c.cores), 16);
   const unsigned slabs = s.settings.caller_slabs ? static_cast<unsigned>(s.settings.caller_slabs)
                                                  : std::max(8u, 2 * c.cores);
   s.slabs.init(c.slab_bytes, slabs, 2);
