@@ -22,7 +22,8 @@ struct FileRef {
   int fd_buffered = -1;  // always valid
   int fd_direct = -1;    // opened with O_DIRECT, or -1 when the file refuses it
   sys::DioAlign align;
-  // Set for files in memory (tmpfs, ramfs): their writes go one at a time (exec::write_in_turn).
+  // Set for files in memory (tmpfs, ramfs): their writes go one at a time (pwrite_in_turn), one
+  // turn per file whichever handle writes.
   std::shared_ptr<std::mutex> write_lock;
 };
 

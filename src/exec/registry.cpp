@@ -43,11 +43,22 @@ bool memory_backed(int fd) {
   return sf.f_type == kTmpfs || sf.f_type == kRamfs;
 }
 
-Error fill_file_ref(FileHandle& h, DirectIoPolicy policy) {
+// The write turn of a file in memory, shared by every handle of the same file (callers
+// commonly register one fd per thread): s.files_mu held.
+std::shared_ptr<std::mutex> write_turn(Session& s, const FileHandle& h) {
+  std::weak_ptr<std::mutex>& slot = s.write_turns[{h.dev, h.ino}];
+  if (std::shared_ptr<std::mutex> turn = slot.lock()) return turn;
+  auto turn = std::make_shared<std::mutex>();
+  slot = turn;
+  std::erase_if(s.write_turns, [](const auto& entry) { return entry.second.expired(); });
+  return turn;
+}
+
+Error fill_file_ref(Session& s, FileHandle& h, DirectIoPolicy policy) {
   exec::FileRef& r = h.ref;
   r.fd_buffered = h.user_fd;
   const bool in_memory = h.memory_backed = memory_backed(h.user_fd);
-  if (in_memory) r.write_lock = std::make_shared<std::mutex>();
+  if (in_memory) r.write_lock = write_turn(s, h);
   if (policy == DirectIoPolicy::automatic && in_memory) policy = DirectIoPolicy::never;
   if (h.user_direct) {
     int fd = reopen(h.user_fd, h.access);
@@ -112,7 +123,7 @@ Error Runtime::register_file(int fd, void** handle) {
   std::lock_guard lock(s->files_mu);
   for (auto& [token, other] : s->files)
     if (other->user_fd == fd) return Error::of(Errc::handle_already_registered);
-  if (Error e = fill_file_ref(*h, s->settings.direct_io)) return e;
+  if (Error e = fill_file_ref(*s, *h, s->settings.direct_io)) return e;
   uintptr_t token = s->next_token;
   s->next_token += 0x10;
   s->files.emplace(token, std::move(h));

@@ -303,6 +303,7 @@ route::LoadFacts load_facts(const Session& s, const exec::Job& job, unsigned cal
   f.len = job.len;
   f.grid_offset = job.file_off - align_down(job.file_off, job.file.align.offset);
   f.synchronous = true;
+  f.staged = job.staged();
   f.small_io_bytes = s.settings.small_io_threshold_kb * 1024;
   f.callers = callers;
   f.workers = c.workers;

@@ -10,6 +10,7 @@
 #include <memory>
 #include <mutex>
 #include <unordered_map>
+#include <utility>
 
 #include "core/settings.hpp"
 #include "cuda/memory.hpp"
@@ -57,6 +58,8 @@ struct Session {
   std::mutex files_mu;
   std::unordered_map<uintptr_t, std::shared_ptr<FileHandle>> files;  // by handle token
   uintptr_t next_token = 0x1000;
+  // Files in memory write one at a time (exec::pwrite_in_turn), whichever handle writes.
+  std::map<std::pair<dev_t, ino_t>, std::weak_ptr<std::mutex>> write_turns;  // files_mu
 
   std::mutex buffers_mu;
   std::map<uint64_t, std::shared_ptr<BufferRegistration>> buffers;  // by base address

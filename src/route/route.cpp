@@ -26,7 +26,8 @@ const char* describe(Reason why) {
     case Reason::small_io: return "small IO: one kernel IO and one copy on the calling thread";
     case Reason::one_piece: return "one piece: the calling thread runs it (a hand-off would only add delay)";
     case Reason::callers_busy:
-      return "enough calls run at once to keep the cores busy: each caller runs its own pieces";
+      return "enough calls run at once to keep every worker busy: the workers run whole pieces";
+    case Reason::workers_busy: return "no idle worker: the calling thread runs its own pieces";
     case Reason::shared: return "the calling thread and idle workers share the pieces";
     case Reason::no_staging: return "no caller staging buffer free: the workers run it";
     case Reason::count: break;
@@ -116,15 +117,26 @@ ThreadPlan plan_threads(const LoadFacts& f) {
     const uint64_t whole = align_up(f.grid_offset + f.len, uint64_t{4096});
     return plan(Runner::caller, whole, f, 0, Reason::small_io);
   }
-  // Cores the calling threads leave free go to idle workers, in equal shares per caller: one
-  // caller alone gets every idle worker; 16 callers on 16 cores get none and each runs its own
-  // pieces, with no hand-off at all (a worker would only compete for the same cores).
+  // Many callers: enough calls at once to keep every worker busy with whole pieces (none cut
+  // finer than a slab). The workers then move them, overlapping each piece's copy to the GPU
+  // with the next piece's read, while fewer threads copy out of the page cache at once (memory
+  // bandwidth is shared three ways there: page-cache read, staging write, DMA read). Measured
+  // on the H100 (docs/performance.md), GiB/s, workers / callers running their own pieces:
+  // 16 x 4 MiB 44.8 / 40.8; 16 x 1 MiB 30.1 / 26.9; 8 x 1 MiB 24.6 / 18.7; 8 x 16 MiB 45.2 /
+  // 41.7; but 4 x 4 MiB 20.2 / 25.5 and 4 x 1 MiB 15.1 / 17.8: below half the workers, the
+  // callers take part. Host memory needs no staging and no copy: there every caller reads
+  // into its own buffer (16 x 4 MiB: 82 GiB/s, where the workers moved 52).
   const unsigned callers = std::max(1u, f.callers);
+  if (f.staged && callers * 2 >= f.workers)
+    return plan(Runner::workers, piece_step(f.len, 1, f.min_chunk, f.slab), f, f.workers,
+                Reason::callers_busy);
+  // Fewer callers: the cores they leave free go to idle workers, in equal shares per caller
+  // (one caller alone gets every idle worker), and each caller runs pieces of its own call.
   const unsigned spare = f.cores > callers ? f.cores - callers : 0;
   const unsigned share = std::min(f.idle_workers, spare) / callers;
   const uint64_t step = piece_step(f.len, share + 1, f.min_chunk, f.slab);
   if (piece_count(f.grid_offset, f.len, step) == 1) return plan(Runner::caller, step, f, 0, Reason::one_piece);
-  if (share == 0) return plan(Runner::caller, step, f, 0, Reason::callers_busy);
+  if (share == 0) return plan(Runner::caller, step, f, 0, Reason::workers_busy);
   return plan(Runner::caller_and_workers, step, f, share, Reason::shared);
 }
 

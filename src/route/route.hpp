@@ -36,7 +36,8 @@ enum class Reason : int {
   caller_thread_off,  // gpufile.small_io_kb = 0
   small_io,           // at or below small_io_kb
   one_piece,          // the request is one piece anyway
-  callers_busy,       // enough calls run at once to keep every core busy
+  callers_busy,       // enough calls run at once to keep every worker busy with whole pieces
+  workers_busy,       // no idle worker to share with: the caller runs its own pieces
   shared,             // the caller and idle workers share the pieces
   no_staging,         // every caller staging buffer is in use: the workers run it
   count
@@ -88,6 +89,7 @@ struct LoadFacts {
   uint64_t len = 0;
   uint64_t grid_offset = 0;     // file offset minus the offset rounded down to the DIO alignment
   bool synchronous = true;      // the caller waits for the result
+  bool staged = true;           // GPU memory, staged through pinned host memory (else host memory)
   uint64_t small_io_bytes = 0;  // gpufile.small_io_kb in bytes; 0 keeps IO off the caller
   unsigned callers = 1;         // synchronous calls running now, this one included
   unsigned workers = 1;
