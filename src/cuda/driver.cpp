@@ -24,6 +24,10 @@ bool bind_symbols(void* lib, Driver& d, std::string& why) {
   }
   GPUFILE_CUDA_DRIVER_FUNCTIONS(GPUFILE_CUDA_BIND)
 #undef GPUFILE_CUDA_BIND
+#define GPUFILE_CUDA_BIND_OPTIONAL(name, sym, ret, params) \
+  d.name = reinterpret_cast<ret(*) params>(dlsym(lib, sym));
+  GPUFILE_CUDA_OPTIONAL_FUNCTIONS(GPUFILE_CUDA_BIND_OPTIONAL)
+#undef GPUFILE_CUDA_BIND_OPTIONAL
   return true;
 }
 

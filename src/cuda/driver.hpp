@@ -56,6 +56,20 @@ inline constexpr int CU_DEVICE_ATTRIBUTE_PCI_DOMAIN_ID = 50;
 
 struct CUuuid { char bytes[16]; };
 
+// cuMemcpyBatchAsync's per-copy attributes (CUDA 12.8+): 24 bytes, as in cuda.h.
+struct CUmemLocation {
+  int type = 0;  // CUmemLocationType; 0 (invalid) means no hint
+  int id = 0;
+};
+struct CUmemcpyAttributes {
+  int srcAccessOrder = 0;  // CUmemcpySrcAccessOrder
+  CUmemLocation srcLocHint;
+  CUmemLocation dstLocHint;
+  unsigned flags = 0;
+};
+static_assert(sizeof(CUmemcpyAttributes) == 24, "cuda.h's CUmemcpyAttributes_v1");
+inline constexpr int CU_MEMCPY_SRC_ACCESS_ORDER_STREAM = 1;  // the source is read in stream order
+
 // X(name-in-this-table, symbol-in-libcuda, return, parameters)
 #define GPUFILE_CUDA_DRIVER_FUNCTIONS(X)                                                         \
   X(Init, "cuInit", CUresult, (unsigned flags))                                                   \
@@ -97,10 +111,18 @@ struct CUuuid { char bytes[16]; };
   X(EventSynchronize, "cuEventSynchronize", CUresult, (CUevent))                                  \
   X(LaunchHostFunc, "cuLaunchHostFunc", CUresult, (CUstream, CUhostFn, void* user_data))
 
-// The loaded driver. All pointers are non-null once load() succeeded.
+// Entry points newer drivers have and gpufile uses when they are there (null otherwise).
+#define GPUFILE_CUDA_OPTIONAL_FUNCTIONS(X)                                                       \
+  /* CUDA 13's cuMemcpyBatchAsync (12.8's had a failIdx argument more) */                        \
+  X(MemcpyBatchAsync, "cuMemcpyBatchAsync_v2", CUresult,                                        \
+    (CUdeviceptr * dsts, CUdeviceptr * srcs, size_t * sizes, size_t count,                      \
+     CUmemcpyAttributes * attrs, size_t * attr_idxs, size_t num_attrs, CUstream))
+
+// The loaded driver. All pointers but the optional ones are non-null once load() succeeded.
 struct Driver {
 #define GPUFILE_CUDA_DECLARE_MEMBER(name, sym, ret, params) ret(*name) params = nullptr;
   GPUFILE_CUDA_DRIVER_FUNCTIONS(GPUFILE_CUDA_DECLARE_MEMBER)
+  GPUFILE_CUDA_OPTIONAL_FUNCTIONS(GPUFILE_CUDA_DECLARE_MEMBER)
 #undef GPUFILE_CUDA_DECLARE_MEMBER
   int driver_version = 0;
   int device_count = 0;

@@ -23,7 +23,7 @@ Error Batch::submit(std::vector<Entry>& entries) {
       started.push_back(io);
     }
   }
-  for (Io* io : started) Runtime::instance().submit(*io);
+  Runtime::instance().submit(started.data(), started.size());
   return Error::none();
 }
 

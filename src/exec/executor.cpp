@@ -2,8 +2,10 @@
 
 #include <algorithm>
 #include <new>
+#include <vector>
 
 #include "core/align.hpp"
+#include "sys/os.hpp"
 #include "exec/worker.hpp"
 #include "route/route.hpp"
 
@@ -174,32 +176,46 @@ Error Executor::start() {
   return Error::none();
 }
 
-void Executor::submit(Job* job) {
-  if (job->len == 0) {
-    job->split(4096);
-    job->chunk_done(job->file_off, 0, 0, Error::none());
-    return;
+void Executor::submit(Job* const* jobs, size_t n) {
+  unsigned pieces = 0;
+  size_t listed = 0;
+  std::vector<Job*> to_list;
+  to_list.reserve(n);
+  for (size_t k = 0; k < n; ++k) {
+    Job* job = jobs[k];
+    if (job->len == 0) {
+      job->split(4096);
+      job->chunk_done(job->file_off, 0, 0, Error::none());
+      continue;
+    }
+    route::LoadFacts f;
+    f.len = job->len;
+    f.workers = cfg_.workers;
+    f.min_chunk = cfg_.min_chunk_bytes;
+    f.slab = cfg_.slab_bytes;
+    job->split(route::plan_for_workers(f, route::Reason::asynchronous).step);
+    pieces += job->pieces();
+    to_list.push_back(job);
+    ++listed;
   }
-  route::LoadFacts f;
-  f.len = job->len;
-  f.workers = cfg_.workers;
-  f.min_chunk = cfg_.min_chunk_bytes;
-  f.slab = cfg_.slab_bytes;
-  const route::ThreadPlan plan = route::plan_for_workers(f, route::Reason::asynchronous);
-  job->split(plan.step);
-  publish(job, plan.helpers);
+  if (listed > 0) publish(to_list.data(), listed, pieces);
 }
 
-void Executor::publish(Job* job, unsigned wake) {
-  job->listed_by_ = this;
+void Executor::publish(Job* job, unsigned wake) { publish(&job, 1, wake); }
+
+void Executor::publish(Job* const* jobs, size_t n, unsigned wake) {
   unsigned idle;
   {
     std::lock_guard lock(mu_);
-    job->listed_ = true;
-    job->list_prev_ = tail_;
-    job->list_next_ = nullptr;
-    (tail_ ? tail_->list_next_ : head_) = job;
-    tail_ = job;
+    for (size_t k = 0; k < n; ++k) {
+      Job* job = jobs[k];
+      job->listed_by_ = this;
+      job->listed_ = true;
+      job->list_prev_ = tail_;
+      job->list_next_ = nullptr;
+      (tail_ ? tail_->list_next_ : head_) = job;
+      tail_ = job;
+    }
     idle = idle_.load(std::memory_order_relaxed);
   }
   // As many sleeping workers as there are pieces for them: a worker woken with nothing left to
@@ -230,6 +246,27 @@ bool Executor::claim_listed(Chunk* out) {
       return true;
     }
     unlink(job);  // every piece taken; its last claimer may not have retired it yet
+  }
+  return false;
+}
+
+bool Executor::packable(const Job& job, uint64_t max_len) {
+  return job.kind == sys::IoKind::read && job.staged() && job.pieces() == 1 && job.len <= max_len &&
+         job.after == nullptr;
+}
+
+bool Executor::claim_packable(Chunk* out, cuda::CUcontext ctx, uint64_t max_len, uint64_t room) {
+  constexpr uint64_t kPage = 4096;
+  std::lock_guard lock(mu_);
+  unsigned seen = 0;
+  for (Job* job = head_; job != nullptr && seen < kPackScan; job = job->list_next_, ++seen) {
+    if (!packable(*job, max_len) || job->mem.context != ctx) continue;
+    if (align_up(job->end(), kPage) - align_down(job->file_off, kPage) > room) continue;
+    uint32_t k;
+    if (!job->take(&k)) continue;  // (taken already: its claimer retires it)
+    unlink(job);                   // its only piece
+    *out = job->piece(k);
+    return true;
   }
   return false;
 }

@@ -72,11 +72,14 @@ class Executor {
   // Allocates staging memory, sets up engines and starts the workers.
   Error start();
   const ExecutorConfig& config() const { return cfg_; }
-  // Asynchronous IO: spreads `job` over every worker and lists it. The job must stay alive
-  // until it completes.
-  void submit(Job* job);
-  // Lists a split job so that workers take its pieces, and wakes up to `wake` sleeping ones.
-  // The job must stay alive until it completes.
+  // Asynchronous IO: spreads each job over every worker and lists them all at once (so that
+  // small reads submitted together can share a worker's slab). Jobs must stay alive until they
+  // complete.
+  void submit(Job* const* jobs, size_t n);
+  void submit(Job* job) { submit(&job, 1); }
+  // Lists split jobs so that workers take their pieces, and wakes up to `wake` sleeping ones.
+  // Jobs must stay alive until they complete.
+  void publish(Job* const* jobs, size_t n, unsigned wake);
   void publish(Job* job, unsigned wake);
   // Takes a job off the list; whoever claims its last piece calls this (Job::claim).
   void retire(Job* job);
@@ -89,6 +92,13 @@ class Executor {
 
   // Worker side: claims a piece of the oldest listed job that has one left.
   bool claim_listed(Chunk* out);
+  // A read into GPU memory of at most `max_len` bytes, whole in one piece and with no copy
+  // fence: a worker packs such reads into one slab and copies them with one batched copy.
+  static bool packable(const Job& job, uint64_t max_len);
+  // Claims the whole of the oldest listed packable job for context `ctx` whose blocks take at
+  // most `room` slab bytes, looking at the first kPackScan listed jobs only.
+  bool claim_packable(Chunk* out, cuda::CUcontext ctx, uint64_t max_len, uint64_t room);
+  static constexpr unsigned kPackScan = 64;
   // Blocks until a job is listed or a fork is pending (true), or the executor stops with none
   // listed (false).
   bool wait_for_work();

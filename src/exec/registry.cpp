@@ -157,7 +157,6 @@ Error Runtime::explain_file(void* handle, FileReport* out) {
   out->direct_capable = h->ref.fd_direct >= 0;
   out->align = h->ref.align;
   route::StorageFacts f = storage_facts(s->settings, *h, sys::IoKind::read, out->size);
-  f.synchronous = true;  // a cuFileRead of the whole file
   ask_residency(*h, 0, out->size, f);
   out->cachestat_ok = f.residency.has_value();
   if (f.residency) out->resident = *f.residency;

@@ -6,6 +6,7 @@
 #include <climits>
 #include <new>
 #include <optional>
+#include <vector>
 
 #include "core/align.hpp"
 #include "core/config.hpp"
@@ -316,11 +317,10 @@ route::LoadFacts load_facts(const Session& s, const exec::Job& job, unsigned cal
 
 }  // namespace
 
-void Runtime::route_storage(Io& io, bool synchronous) {
+void Runtime::route_storage(Io& io) {
   exec::Job& job = io.job;
   FileHandle& f = *io.file_;
   route::StorageFacts facts = storage_facts(io.session_->settings, f, job.kind, job.len);
-  facts.synchronous = synchronous;
   ask_residency(f, job.file_off, job.len, facts);
   const route::StorageChoice c = route::choose_storage(facts);
   job.direct = c.direct;
@@ -341,7 +341,7 @@ IoResult Runtime::run_on_this_thread(Io& io) {
   exec::Job& job = io.job;
   if (job.staged()) return {0, Error::of(Errc::internal)};
   if (job.len == 0) return {};
-  route_storage(io, true);
+  route_storage(io);
   // Host memory needs no staging: the whole request is one piece, however large.
   job.split(align_up(job.file_off - align_down(job.file_off, job.file.align.offset) + job.len,
                      uint64_t{4096}));
@@ -356,7 +356,7 @@ IoResult Runtime::run(Io& io) {
   if (job.len == 0) return {};
   Session& s = *io.session_;
   CallerCount callers(s.sync_calls);
-  route_storage(io, true);
+  route_storage(io);
   const route::LoadFacts facts = load_facts(s, job, callers.now());
   route::ThreadPlan plan = route::plan_threads(facts);
   exec::StagingLease lease;
@@ -381,8 +381,22 @@ IoResult Runtime::run(Io& io) {
 }
 
 void Runtime::submit(Io& io) {
-  route_storage(io, false);
-  io.session_->exec->submit(&io.job);
+  Io* one = &io;
+  submit(&one, 1);
+}
+
+void Runtime::submit(Io* const* ios, size_t n) {
+  std::vector<exec::Job*> jobs;
+  jobs.reserve(n);
+  for (size_t k = 0; k < n; ++k) {
+    route_storage(*ios[k]);
+    jobs.push_back(&ios[k]->job);
+    // (Ios prepared across a driver close and reopen belong to different sessions.)
+    const bool last_of_session = k + 1 == n || ios[k + 1]->session_ != ios[k]->session_;
+    if (!last_of_session) continue;
+    ios[k]->session_->exec->submit(jobs.data(), jobs.size());
+    jobs.clear();
+  }
 }
 
 IoResult Runtime::read_write(sys::IoKind kind, void* handle, const void* base, uint64_t size,

@@ -101,6 +101,8 @@ class Runtime {
   // Starts the Io; io.job.on_complete (set by the caller) fires when it is done. Never runs
   // inline: safe from threads that must not call CUDA (stream callbacks).
   void submit(Io& io);
+  // Starts Ios together (a batch): the workers see them all at once. Same session for all.
+  void submit(Io* const* ios, size_t n);
 
   // Counts the bytes of a finished Io under the path they took (stats::record_path).
   // run() does this itself; submit()'s callers do it in their completion.
@@ -126,8 +128,8 @@ class Runtime {
   void after_fork_in_child();
   Error open_locked();
   // Chooses between O_DIRECT and the page cache for the Io (route::choose_storage), asking the
-  // page cache when the rules need it; `synchronous` when the caller waits for it.
-  void route_storage(Io& io, bool synchronous);
+  // page cache when the rules need it.
+  void route_storage(Io& io);
 
   mutable std::mutex mu_;
   std::shared_ptr<Session> session_;

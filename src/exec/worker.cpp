@@ -8,9 +8,16 @@
 namespace gpufile::exec {
 namespace {
 
-constexpr unsigned kSegsPerSlot = 4;   // tag = slot * kSegsPerSlot + segment
+constexpr unsigned kSegsPerPiece = 4;  // tag = (slot * kMaxPack + piece) * kSegsPerPiece + seg
 
 bool is_read(const Job& j) { return j.kind == sys::IoKind::read; }
+
+// Slab bytes a piece takes: its blocks, widened to the page grid (a DIO alignment staging
+// supports is at most a page).
+uint64_t slab_bytes_for(const Chunk& c) {
+  constexpr uint64_t kPage = 4096;
+  return align_up(c.off + c.len, kPage) - align_down(c.off, kPage);
+}
 
 }  // namespace
 
@@ -35,11 +42,15 @@ Error Worker::init(std::string* why) {
   if (Error e = cuda::alloc_pinned(slabs_bytes_, &mem)) return e;
   slabs_ = static_cast<char*>(mem);
   for (size_t i = 0; i < slots_.size(); ++i) slots_[i].slab = slabs_ + i * cfg_.slab_bytes;
-  unsigned depth = std::max<unsigned>(cfg_.ring_depth, slots_.size() * kSegsPerSlot);
+  const unsigned depth = std::max<unsigned>(
+      cfg_.ring_depth, static_cast<unsigned>(slots_.size()) * kMaxPack * kSegsPerPiece);
   engine_ = io::make_engine(cfg_.engine, depth, why);
   if (!engine_) return Error::of(Errc::io_not_supported);
   iovec iov{slabs_, slabs_bytes_};
   registered_ = engine_->register_buffers(&iov, 1);
+  batch_dst_.reserve(kMaxPack);
+  batch_src_.reserve(kMaxPack);
+  batch_size_.reserve(kMaxPack);
   return Error::none();
 }
 
@@ -63,10 +74,10 @@ void Worker::run() {
   }
 }
 
-// One new piece per turn of the loop: a page-cache read completes inside the submit that
-// follows (io_uring copies it there), so a worker taking two pieces at once would copy them one
+// One new slot per turn of the loop: a page-cache read completes inside the submit that
+// follows (io_uring copies it there), so a worker filling two slots at once would copy them one
 // after the other while another woken worker finds nothing left. The next turn, right after
-// the submit, takes the next one.
+// the submit, fills the next one.
 bool Worker::fill_free_slots() {
   for (unsigned i = 0; i < slots_.size(); ++i) {
     if (slots_[i].stage != Stage::free) continue;
@@ -79,60 +90,92 @@ bool Worker::fill_free_slots() {
 }
 
 // The next piece of a job this worker already holds a piece of (alive while that piece is
-// unreported: no lock needed), else of the oldest listed job.
+// unreported: no lock needed), else of the oldest listed job. Packed slots hold whole jobs:
+// nothing more to claim from those.
 bool Worker::claim_next(Chunk* out) {
   for (const Slot& s : slots_)
-    if (s.stage != Stage::free && s.chunk.job->claim(out)) return true;
+    if (s.stage != Stage::free && s.count == 1 && s.pieces[0].chunk.job->claim(out)) return true;
   return owner_.claim_listed(out);
 }
 
 void Worker::start(unsigned i, const Chunk& c) {
   Slot& s = slots_[i];
-  s.chunk = c;
-  s.err = Error::none();
-  s.got = 0;
-  Job& job = *c.job;
-  if (job.canceled()) {
-    s.stage = Stage::io;  // complete() frees it
-    complete(i, 0, Error::of(Errc::canceled));
+  s.count = 0;
+  s.ctx = c.job->mem.context;
+  if (!add_piece(s, c, 0)) {
+    // Canceled: reported already; nothing else to do with this slot.
     return;
   }
-  s.plan = plan_chunk(job, c.off, c.len, s.slab);
+  const Job& job = *c.job;
   if (job.staged() && !is_read(job)) {
     s.stage = Stage::copy_to_host;
-    if (Error e = start_copy(i, false, c.len)) complete(i, 0, e);
+    if (Error e = start_copy_to_host(i)) report(i, s.pieces[0], 0, e);
     return;
   }
-  issue_all(i);
+  // A small read into GPU memory: other small reads for the same GPU share the slab.
+  if (job.staged() && Executor::packable(job, kPackBytes)) {
+    uint64_t used = align_up(slab_bytes_for(c), uint64_t{4096});
+    Chunk more;
+    while (s.count < kMaxPack &&
+           owner_.claim_packable(&more, s.ctx, kPackBytes, cfg_.slab_bytes - used)) {
+      const uint64_t at = used;
+      used += align_up(slab_bytes_for(more), uint64_t{4096});
+      add_piece(s, more, at);
+    }
+  }
+  if (s.count > 0) issue_all(i);
+}
+
+// Adds chunk `c` to the slot, its blocks at slab byte `at`. A piece of a canceled job is
+// reported at once instead (false).
+bool Worker::add_piece(Slot& s, const Chunk& c, uint64_t at) {
+  if (c.job->canceled()) {
+    c.job->chunk_done(c.off, c.len, 0, Error::of(Errc::canceled));
+    return false;
+  }
+  Piece& p = s.pieces[s.count++];
+  p.chunk = c;
+  p.mem = s.slab + at;
+  p.plan = plan_chunk(*c.job, c.off, c.len, p.mem);
+  p.got = 0;
+  p.err = Error::none();
+  p.copying = false;
+  s.stage = Stage::io;
+  return true;
 }
 
 void Worker::issue_all(unsigned i) {
   Slot& s = slots_[i];
   s.stage = Stage::io;
-  s.segs_pending = s.plan.count;
-  if (s.plan.count == 0) {
-    io_finished(i);
-    return;
+  s.io_pending = s.count;
+  for (unsigned p = 0; p < s.count; ++p) {
+    Piece& piece = s.pieces[p];
+    piece.segs_pending = piece.plan.count;
+    if (piece.plan.count == 0) {
+      piece_io_finished(i, piece);
+      continue;
+    }
+    for (int k = 0; k < piece.plan.count; ++k) issue(i, p, k);
   }
-  for (int k = 0; k < s.plan.count; ++k) issue(i, k);
 }
 
-void Worker::issue(unsigned i, int k) {
-  Slot& s = slots_[i];
-  Segment& seg = s.plan.seg[k];
+void Worker::issue(unsigned i, unsigned p, int k) {
+  Piece& piece = slots_[i].pieces[p];
+  Segment& seg = piece.plan.seg[k];
   io::Op op;
-  op.kind = s.chunk.job->kind;
+  op.kind = piece.chunk.job->kind;
   op.fd = seg.fd;
   op.buf = seg.mem + seg.done;
   op.len = static_cast<uint32_t>(seg.len - seg.done);
   op.off = seg.file_off + seg.done;
-  op.tag = i * kSegsPerSlot + k;
-  if (std::mutex* turn = s.chunk.job->file.write_lock.get(); turn && op.kind == sys::IoKind::write)
+  op.tag = (i * kMaxPack + p) * kSegsPerPiece + static_cast<unsigned>(k);
+  if (std::mutex* turn = piece.chunk.job->file.write_lock.get(); turn && op.kind == sys::IoKind::write)
     return write_in_turn(op, *turn);
   const bool in_slab = seg.mem >= slabs_ && seg.mem < slabs_ + slabs_bytes_;
   op.buf_index = registered_ && in_slab ? 0 : -1;
   if (!engine_->queue(op)) {
-    // The ring is sized for every segment of every slot, so this means the engine broke.
+    // The ring is sized for every segment of every piece of every slot, so this means the
+    // engine broke.
     on_io(op.tag, -EBUSY);
   }
 }
@@ -149,33 +192,59 @@ unsigned Worker::reap(bool wait) {
 }
 
 void Worker::on_io(uint64_t tag, int res) {
-  unsigned i = static_cast<unsigned>(tag / kSegsPerSlot);
-  int k = static_cast<int>(tag % kSegsPerSlot);
-  Slot& s = slots_[i];
+  const unsigned k = static_cast<unsigned>(tag % kSegsPerPiece);
+  const unsigned p = static_cast<unsigned>(tag / kSegsPerPiece % kMaxPack);
+  const unsigned i = static_cast<unsigned>(tag / kSegsPerPiece / kMaxPack);
+  Piece& piece = slots_[i].pieces[p];
   Error err;
-  switch (apply_result(*s.chunk.job, s.plan.seg[k], res, &err)) {
-    case SegmentNext::again: return issue(i, k);
+  switch (apply_result(*piece.chunk.job, piece.plan.seg[k], res, &err)) {
+    case SegmentNext::again: return issue(i, p, static_cast<int>(k));
     case SegmentNext::failed:
-      if (s.err.ok()) s.err = err;
+      if (piece.err.ok()) piece.err = err;
       break;
     case SegmentNext::finished: break;
   }
-  if (--s.segs_pending == 0) io_finished(i);
+  if (--piece.segs_pending == 0) piece_io_finished(i, piece);
 }
 
+void Worker::piece_io_finished(unsigned i, Piece& p) {
+  if (p.err.ok()) {
+    p.got = contiguous_bytes(p.plan, p.chunk.off, p.chunk.len);
+    if (!is_read(*p.chunk.job) && p.got < p.chunk.len) p.err = Error::sys(EIO);
+  }
+  if (--slots_[i].io_pending == 0) io_finished(i);
+}
+
+// Every piece's kernel IO is done: reads into GPU memory copy their bytes on; the rest is
+// reported.
 void Worker::io_finished(unsigned i) {
   Slot& s = slots_[i];
-  if (s.err) return complete(i, 0, s.err);
-  const Job& job = *s.chunk.job;
-  uint64_t got = contiguous_bytes(s.plan, s.chunk.off, s.chunk.len);
-  if (!is_read(job) && got < s.chunk.len) return complete(i, 0, Error::sys(EIO));
-  if (job.staged() && is_read(job) && got > 0) {
-    s.got = got;
-    s.stage = Stage::copy_to_device;
-    if (Error e = start_copy(i, true, got)) complete(i, 0, e);
-    return;
+  const Job& first = *s.pieces[0].chunk.job;
+  bool copy = false;
+  if (first.staged() && is_read(first)) {
+    for (unsigned p = 0; p < s.count; ++p) s.pieces[p].copying = s.pieces[p].err.ok() && s.pieces[p].got > 0;
+    for (unsigned p = 0; p < s.count; ++p) copy |= s.pieces[p].copying;
   }
-  complete(i, got, Error::none());
+  if (copy) {
+    s.stage = Stage::copy_to_device;
+    if (Error e = start_copies_to_device(i))
+      for (unsigned p = 0; p < s.count; ++p)
+        if (s.pieces[p].copying) s.pieces[p].err = e;
+  }
+  // Pieces with nothing to copy (failed, or nothing there at end of file) are reported now;
+  // the last report frees the slot, so the copied ones go first when their copy failed.
+  const unsigned n = s.count;
+  for (unsigned p = 0; p < n; ++p) {
+    Piece& piece = s.pieces[p];
+    if (copy && piece.copying && piece.err.ok()) continue;
+    report(i, piece, piece.err ? 0 : piece.got, piece.err);
+  }
+}
+
+Worker::ContextRes* Worker::find_res(cuda::CUcontext ctx) {
+  for (ContextRes& r : contexts_)
+    if (r.ctx == ctx) return &r;
+  return nullptr;
 }
 
 Worker::ContextRes* Worker::context_res(cuda::CUcontext ctx, Error* err) {
@@ -187,8 +256,7 @@ Worker::ContextRes* Worker::context_res(cuda::CUcontext ctx, Error* err) {
     }
     current_ctx_ = ctx;
   }
-  for (ContextRes& r : contexts_)
-    if (r.ctx == ctx) return &r;
+  if (ContextRes* r = find_res(ctx)) return r;
   ContextRes res;
   res.ctx = ctx;
   // Non-blocking: a stream op of cuFileReadAsync on the legacy default stream waits for this
@@ -210,25 +278,72 @@ Worker::ContextRes* Worker::context_res(cuda::CUcontext ctx, Error* err) {
   return &contexts_.back();
 }
 
-Error Worker::start_copy(unsigned i, bool to_device, uint64_t bytes) {
+// A write's piece leaves the GPU for the slab; its kernel IO follows (copy_finished).
+Error Worker::start_copy_to_host(unsigned i) {
   Slot& s = slots_[i];
-  const Job& job = *s.chunk.job;
+  Piece& p = s.pieces[0];
+  const Job& job = *p.chunk.job;
   Error err;
-  ContextRes* res = context_res(job.mem.context, &err);
+  ContextRes* res = context_res(s.ctx, &err);
   if (res == nullptr) return err;
   const cuda::Driver* d = cuda::driver();
-  char* host = s.slab + (s.chunk.off - s.plan.base);
-  cuda::CUdeviceptr dev = job.addr + (s.chunk.off - job.file_off);
   if (job.after != nullptr)
     if (cuda::CUresult r = d->StreamWaitEvent(res->stream, job.after, 0); r != cuda::CUDA_SUCCESS)
       return Error::cu(r);
-  cuda::CUresult r = to_device ? d->MemcpyHtoDAsync(dev, host, bytes, res->stream)
-                               : d->MemcpyDtoHAsync(host, dev, bytes, res->stream);
-  if (r == cuda::CUDA_SUCCESS) r = d->EventRecord(res->events[i], res->stream);
+  char* host = p.mem + (p.chunk.off - p.plan.base);
+  cuda::CUresult r = d->MemcpyDtoHAsync(host, job.addr + (p.chunk.off - job.file_off), p.chunk.len,
+                                        res->stream);
+  if (r != cuda::CUDA_SUCCESS) return Error::cu(r);
+  return record_copy(i, *res);
+}
+
+// The pieces read into the slab go to the GPU: one copy, or one batched copy for a packed slot
+// (one copy each where the driver has no cuMemcpyBatchAsync).
+Error Worker::start_copies_to_device(unsigned i) {
+  Slot& s = slots_[i];
+  Error err;
+  ContextRes* res = context_res(s.ctx, &err);
+  if (res == nullptr) return err;
+  const cuda::Driver* d = cuda::driver();
+  batch_dst_.clear();
+  batch_src_.clear();
+  batch_size_.clear();
+  for (unsigned p = 0; p < s.count; ++p) {
+    const Piece& piece = s.pieces[p];
+    if (!piece.copying) continue;
+    const Job& job = *piece.chunk.job;
+    if (job.after != nullptr)
+      if (cuda::CUresult r = d->StreamWaitEvent(res->stream, job.after, 0); r != cuda::CUDA_SUCCESS)
+        return Error::cu(r);
+    batch_dst_.push_back(job.addr + (piece.chunk.off - job.file_off));
+    batch_src_.push_back(reinterpret_cast<cuda::CUdeviceptr>(piece.mem + (piece.chunk.off - piece.plan.base)));
+    batch_size_.push_back(piece.got);
+  }
+  cuda::CUresult r = cuda::CUDA_SUCCESS;
+  if (batch_dst_.size() > 1 && d->MemcpyBatchAsync != nullptr) {
+    cuda::CUmemcpyAttributes attr{};
+    attr.srcAccessOrder = cuda::CU_MEMCPY_SRC_ACCESS_ORDER_STREAM;
+    size_t first = 0;
+    r = d->MemcpyBatchAsync(batch_dst_.data(), batch_src_.data(), batch_size_.data(),
+                            batch_dst_.size(), &attr, &first, 1, res->stream);
+  } else {
+    for (size_t k = 0; k < batch_dst_.size() && r == cuda::CUDA_SUCCESS; ++k)
+      r = d->MemcpyHtoDAsync(batch_dst_[k], reinterpret_cast<const void*>(batch_src_[k]),
+                             batch_size_[k], res->stream);
+  }
   if (r != cuda::CUDA_SUCCESS) {
+    d->StreamSynchronize(res->stream);  // copies queued before the failure read the slab
+    return Error::cu(r);
+  }
+  return record_copy(i, *res);
+}
+
+Error Worker::record_copy(unsigned i, ContextRes& res) {
+  const cuda::Driver* d = cuda::driver();
+  if (cuda::CUresult r = d->EventRecord(res.events[i], res.stream); r != cuda::CUDA_SUCCESS) {
     // The copy may have been queued before EventRecord failed: let it drain before the slab
     // is reused.
-    d->StreamSynchronize(res->stream);
+    d->StreamSynchronize(res.stream);
     return Error::cu(r);
   }
   copy_order_[i] = ++copy_seq_;
@@ -240,10 +355,7 @@ bool Worker::poll_copies() {
   for (unsigned i = 0; i < slots_.size(); ++i) {
     Stage st = slots_[i].stage;
     if (st != Stage::copy_to_device && st != Stage::copy_to_host) continue;
-    ContextRes* res = nullptr;
-    for (ContextRes& r : contexts_)
-      if (r.ctx == slots_[i].chunk.job->mem.context) res = &r;
-    cuda::CUresult r = cuda::driver()->EventQuery(res->events[i]);
+    cuda::CUresult r = cuda::driver()->EventQuery(find_res(slots_[i].ctx)->events[i]);
     if (r == cuda::CUDA_ERROR_NOT_READY) continue;
     copy_finished(i, r);
     any = true;
@@ -259,28 +371,38 @@ bool Worker::wait_oldest_copy() {
     if (oldest < 0 || copy_order_[i] < copy_order_[oldest]) oldest = static_cast<int>(i);
   }
   if (oldest < 0) return false;
-  const Job& job = *slots_[oldest].chunk.job;
-  for (ContextRes& r : contexts_) {
-    if (r.ctx == job.mem.context) {
-      copy_finished(oldest, cuda::driver()->EventSynchronize(r.events[oldest]));
-      return true;
-    }
-  }
-  return false;
+  ContextRes* res = find_res(slots_[oldest].ctx);
+  copy_finished(oldest, cuda::driver()->EventSynchronize(res->events[oldest]));
+  return true;
 }
 
 void Worker::copy_finished(unsigned i, cuda::CUresult r) {
   Slot& s = slots_[i];
-  if (r != cuda::CUDA_SUCCESS) return complete(i, 0, Error::cu(r));
-  if (s.stage == Stage::copy_to_host) return issue_all(i);
-  complete(i, s.got, Error::none());
+  const Error err = r == cuda::CUDA_SUCCESS ? Error::none() : Error::cu(r);
+  if (s.stage == Stage::copy_to_host) {
+    if (err) return report(i, s.pieces[0], 0, err);
+    return issue_all(i);
+  }
+  const unsigned n = s.count;
+  for (unsigned p = 0; p < n; ++p) {
+    Piece& piece = s.pieces[p];
+    if (piece.copying) report(i, piece, err ? 0 : piece.got, err);
+  }
 }
 
-void Worker::complete(unsigned i, uint64_t got, Error err) {
+void Worker::report(unsigned i, Piece& p, uint64_t got, Error err) {
   Slot& s = slots_[i];
-  Chunk c = s.chunk;
-  s.stage = Stage::free;
-  s.chunk = Chunk{};
+  const Chunk c = p.chunk;
+  p.copying = false;
+  p.chunk = Chunk{};
+  // The slot is free before the last report: the job may be destroyed by it (batch
+  // completions do), and nothing of it may be touched after.
+  bool last = true;
+  for (unsigned k = 0; k < s.count && last; ++k) last = s.pieces[k].chunk.job == nullptr;
+  if (last) {
+    s.stage = Stage::free;
+    s.count = 0;
+  }
   c.job->chunk_done(c.off, c.len, got, err);
 }
 

@@ -14,6 +14,12 @@ namespace gpufile::exec {
 
 class Worker {
  public:
+  // Small reads into GPU memory share a slab: up to this many pieces of up to kPackBytes each
+  // are read into one slab together and copied to the GPU with one batched copy, so that the
+  // copy's fixed cost (several microseconds) is paid once per slab, not once per 4 KiB.
+  static constexpr unsigned kMaxPack = 32;
+  static constexpr uint64_t kPackBytes = 64 << 10;
+
   Worker(Executor& owner, const ExecutorConfig& cfg);
   ~Worker();
   Worker(const Worker&) = delete;
@@ -22,20 +28,30 @@ class Worker {
   // Allocates the slabs and the engine. `why` explains a fallback to the posix engine.
   Error init(std::string* why);
   const char* engine_name() const { return engine_->name(); }
-  // The worker's loop; returns when the executor stops and its queue is empty.
+  // The worker's loop; returns when the executor stops and nothing is listed.
   void run();
 
  private:
   enum class Stage { free, copy_to_host, io, copy_to_device };
 
-  struct Slot {
-    char* slab = nullptr;
-    Stage stage = Stage::free;
+  // One piece in a slot, with its place in the slab.
+  struct Piece {
     Chunk chunk;
     ChunkPlan plan;
+    char* mem = nullptr;   // where the piece's blocks start in the slab
     int segs_pending = 0;
     uint64_t got = 0;
     Error err;
+    bool copying = false;  // its copy to the GPU runs with the slot's
+  };
+
+  struct Slot {
+    char* slab = nullptr;
+    Stage stage = Stage::free;
+    Piece pieces[kMaxPack];
+    unsigned count = 0;       // pieces in the slot
+    unsigned io_pending = 0;  // pieces whose kernel IO is not finished
+    cuda::CUcontext ctx = nullptr;
   };
 
   // CUDA resources of one context: a stream and an event per slot.
@@ -48,19 +64,25 @@ class Worker {
   bool fill_free_slots();
   bool claim_next(Chunk* out);
   void start(unsigned i, const Chunk& c);
-  void issue(unsigned i, int seg);
-  // A write to a file in memory, synchronously and one worker at a time (worker.cpp says why).
-  void write_in_turn(const io::Op& op, std::mutex& turn);
+  bool add_piece(Slot& s, const Chunk& c, uint64_t at);
   void issue_all(unsigned i);
+  void issue(unsigned i, unsigned p, int seg);
+  // A write to a file in memory, synchronously and one writer at a time (pwrite_in_turn).
+  void write_in_turn(const io::Op& op, std::mutex& turn);
   unsigned reap(bool wait);
   void on_io(uint64_t tag, int res);
+  void piece_io_finished(unsigned i, Piece& p);
   void io_finished(unsigned i);
   bool poll_copies();
   bool wait_oldest_copy();
   void copy_finished(unsigned i, cuda::CUresult r);
-  void complete(unsigned i, uint64_t got, Error err);
-  Error start_copy(unsigned i, bool to_device, uint64_t bytes);
+  // Reports a piece to its job; the slot is free once none is left.
+  void report(unsigned i, Piece& p, uint64_t got, Error err);
+  Error start_copy_to_host(unsigned i);
+  Error start_copies_to_device(unsigned i);
+  Error record_copy(unsigned i, ContextRes& res);
   ContextRes* context_res(cuda::CUcontext ctx, Error* err);
+  ContextRes* find_res(cuda::CUcontext ctx);
 
   Executor& owner_;
   ExecutorConfig cfg_;
@@ -73,6 +95,8 @@ class Worker {
   cuda::CUcontext current_ctx_ = nullptr;
   uint64_t copy_seq_ = 0;
   std::vector<uint64_t> copy_order_;  // per slot: sequence number of its pending copy
+  std::vector<cuda::CUdeviceptr> batch_dst_, batch_src_;  // a batched copy's arguments
+  std::vector<size_t> batch_size_;
 };
 
 }  // namespace gpufile::exec

@@ -58,8 +58,10 @@ std::optional<StorageChoice> choose_without_residency(const StorageFacts& f) {
   }
   if (f.force_odirect) return StorageChoice{true, false, Reason::force_odirect};
   if (f.kind == sys::IoKind::write) return StorageChoice{true, false, Reason::writes_direct};
-  // Only a read sure to run on its caller's thread may guess: that is where RWF_NOWAIT is tried.
-  if (f.synchronous && f.len <= kGuessMaxBytes && f.looks_cached && !f.nowait_refused)
+  // A read on its caller's thread tries RWF_NOWAIT first and corrects a wrong guess; one on a
+  // worker (asynchronous IO) reads through the page cache all the same, which serves a wrong
+  // guess from the disk, and leaves the correcting to the synchronous reads.
+  if (f.len <= kGuessMaxBytes && f.looks_cached && !f.nowait_refused)
     return StorageChoice{false, true, Reason::looks_cached};
   return std::nullopt;
 }

@@ -53,7 +53,6 @@ inline constexpr uint64_t kGuessMaxBytes = 1 << 20;
 struct StorageFacts {
   sys::IoKind kind = sys::IoKind::read;
   uint64_t len = 0;
-  bool synchronous = true;     // a guessed read must run on the caller's thread (RWF_NOWAIT)
   bool direct_capable = false; // the file has a working O_DIRECT fd staging can serve
   bool memory_backed = false;  // tmpfs / ramfs
   bool opened_direct = false;  // the caller's fd has O_DIRECT

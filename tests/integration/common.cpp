@@ -89,6 +89,7 @@ FakeControls fake_controls() {
   c.reset_faults = reinterpret_cast<decltype(c.reset_faults)>(driver_symbol("fakecuda_reset_faults"));
   c.set_async_delay_us =
       reinterpret_cast<decltype(c.set_async_delay_us)>(driver_symbol("fakecuda_set_async_delay_us"));
+  c.call_count = reinterpret_cast<decltype(c.call_count)>(driver_symbol("fakecuda_call_count"));
   return c;
 }
 

@@ -52,6 +52,7 @@ struct FakeControls {
   int (*fail_call)(const char* name, int nth, int result) = nullptr;
   void (*reset_faults)() = nullptr;
   void (*set_async_delay_us)(unsigned us) = nullptr;
+  unsigned long long (*call_count)(const char* name) = nullptr;
 };
 FakeControls fake_controls();
 

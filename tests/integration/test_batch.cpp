@@ -490,6 +490,77 @@ TEST_F(BatchTest, EntryFailingAtExecutionReportsFailed) {
 // Cancel and destroy racing the completion of small entries, many times. (Under
 // -DGPUFILE_SANITIZE=thread or address this is where a completion that frees an entry while
 // cancel still walks the running list shows up.)
+// Small reads into GPU memory share a worker's slab and one batched copy (Worker::kMaxPack): a
+// batch of 128 reads of 1 byte to 64 KiB at unaligned offsets, through the buffered and the
+// O_DIRECT file, one straddling end of file, lands every byte where it belongs, in far fewer
+// copies than entries. When one batched copy fails, exactly its entries fail.
+TEST_F(BatchTest, SmallReadsShareASlabAndABatchedCopy) {
+  CAPI_REQUIRE_DRIVER();
+  const FakeControls fake = fake_controls();
+  Watchdog dog(std::chrono::seconds(60), "SmallReadsShareASlab");
+  std::string why;
+  auto buf = Buffer::make(Mem::device, 16 * MiB, &why);
+  ASSERT_TRUE(buf) << why;
+  static const size_t sizes[] = {4096, 1, 512, 65536, 4095, 8192, 12345, 100};
+  auto plan = [&](unsigned n, uint64_t salt) {
+    std::vector<Planned> v;
+    for (unsigned i = 0; i < n; ++i) {
+      Planned p{};
+      p.file = static_cast<int>(i % 2);
+      p.size = p.expect = sizes[i % std::size(sizes)];
+      p.foff = rng_->below(kFileSize - p.size);
+      p.boff = (i * 70000u + salt) % (16 * MiB - 65536);
+      p.cookie = reinterpret_cast<void*>(static_cast<uintptr_t>(0xB0000 + salt + i));
+      v.push_back(std::move(p));
+    }
+    v.back().foff = kFileSize - 100;  // straddles end of file
+    v.back().size = 4096;
+    v.back().expect = 100;
+    return v;
+  };
+  const unsigned n = 128;
+  auto run = [&](std::vector<Planned>& v, std::map<void*, CUfileIOEvents_t>* seen) {
+    std::vector<CUfileIOParams_t> io = params(v, *buf);
+    CUfileBatchHandle_t b = nullptr;
+    ASSERT_EQ(cuFileBatchIOSetUp(&b, n).err, CU_FILE_SUCCESS);
+    ASSERT_EQ(cuFileBatchIOSubmit(b, n, io.data(), 0).err, CU_FILE_SUCCESS);
+    reap_all(b, n, v, seen);
+    cuFileBatchIODestroy(b);
+  };
+  // Entries' buffer ranges must not overlap for the check below.
+  std::vector<Planned> v = plan(n, 0);
+  std::map<void*, CUfileIOEvents_t> seen;
+  const unsigned long long copies_before =
+      fake.call_count ? fake.call_count("cuMemcpyHtoDAsync_v2") + fake.call_count("cuMemcpyBatchAsync_v2") : 0;
+  ASSERT_NO_FATAL_FAILURE(run(v, &seen));
+  ASSERT_NO_FATAL_FAILURE(verify(v, seen, *buf));
+  if (!fake.call_count || !fake.fail_call) return;  // the rest needs the test double's controls
+  const unsigned long long copies =
+      fake.call_count("cuMemcpyHtoDAsync_v2") + fake.call_count("cuMemcpyBatchAsync_v2") - copies_before;
+  EXPECT_LT(copies, n / 2) << "small reads were copied one by one";
+  EXPECT_GT(fake.call_count("cuMemcpyBatchAsync_v2"), 0u);
+
+  AtExit undo([&] { fake.reset_faults(); });
+  ASSERT_EQ(fake.fail_call("cuMemcpyBatchAsync_v2", 1, 999), 0);
+  std::vector<Planned> w = plan(n, 1);
+  std::map<void*, CUfileIOEvents_t> seen2;
+  ASSERT_NO_FATAL_FAILURE(run(w, &seen2));
+  unsigned failed = 0;
+  for (const Planned& p : w) {
+    const CUfileIOEvents_t& ev = seen2.at(p.cookie);
+    if (ev.status == CUFILE_FAILED) {
+      ++failed;
+      continue;
+    }
+    EXPECT_EQ(ev.status, CUFILE_COMPLETE);
+    EXPECT_EQ(ev.ret, p.expect);
+    std::vector<uint8_t> got = buf->read_back(p.boff, p.expect);
+    EXPECT_EQ(first_mismatch(got.data(), shadow_[p.file].data() + p.foff, p.expect), "");
+  }
+  EXPECT_GT(failed, 1u) << "the failed batched copy carried one entry only";
+  EXPECT_LT(failed, n) << "one failed copy failed every entry";
+}
+
 TEST_F(BatchTest, CancelRacesCompletions) {
   Watchdog dog(std::chrono::seconds(120), "CancelRacesCompletions");
   std::string why;

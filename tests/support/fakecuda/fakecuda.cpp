@@ -61,6 +61,7 @@
   X(cuMemHostUnregister) X(cuPointerGetAttribute) X(cuPointerGetAttributes) X(cuMemcpy)         \
   X(cuMemcpyAsync) X(cuMemcpyHtoD_v2) X(cuMemcpyDtoH_v2) X(cuMemcpyDtoD_v2)                     \
   X(cuMemcpyHtoDAsync_v2) X(cuMemcpyDtoHAsync_v2) X(cuMemcpyDtoDAsync_v2) X(cuMemsetD8_v2)      \
+  X(cuMemcpyBatchAsync_v2)                                                                      \
   X(cuMemsetD8Async) X(cuStreamCreate) X(cuStreamDestroy_v2) X(cuStreamSynchronize)             \
   X(cuStreamQuery) X(cuStreamWaitEvent) X(cuEventCreate) X(cuEventDestroy_v2) X(cuEventRecord)  \
   X(cuEventQuery) X(cuEventSynchronize) X(cuLaunchHostFunc)
@@ -1336,6 +1337,32 @@ CUresult cuMemcpyDtoHAsync_v2(void* dst, CUdeviceptr src, size_t n, CUstream s) 
 CUresult cuMemcpyDtoDAsync_v2(CUdeviceptr dst, CUdeviceptr src, size_t n, CUstream s) {
   ENTER(cuMemcpyDtoDAsync_v2);
   return memcpy_async(dst, Need::Known, src, Need::Known, n, s);
+}
+
+// Every copy of the batch is checked before any is queued; each then runs as an async copy of
+// its own on the stream, in stream order (the double knows no other access order).
+CUresult cuMemcpyBatchAsync_v2(CUdeviceptr* dsts, CUdeviceptr* srcs, size_t* sizes, size_t count,
+                               CUmemcpyAttributes* attrs, size_t* attr_idxs, size_t num_attrs,
+                               CUstream s) {
+  ENTER(cuMemcpyBatchAsync_v2);
+  if (!dsts || !srcs || !sizes || count == 0 || !attrs || !attr_idxs || num_attrs == 0 ||
+      num_attrs > count || attr_idxs[0] != 0)
+    return CUDA_ERROR_INVALID_VALUE;
+  for (size_t a = 0; a < num_attrs; ++a)
+    if (attrs[a].srcAccessOrder == CU_MEMCPY_SRC_ACCESS_ORDER_INVALID ||
+        (a > 0 && attr_idxs[a] <= attr_idxs[a - 1]) || attr_idxs[a] >= count)
+      return CUDA_ERROR_INVALID_VALUE;
+  std::shared_ptr<Queue> q;
+  if (CUresult r = stream_queue(s, &q)) return r;
+  for (size_t k = 0; k < count; ++k) {
+    Side d, src;
+    if (sizes[k] == 0) continue;
+    if (CUresult r = resolve(dsts[k], sizes[k], false, &d)) return r;
+    if (CUresult r = resolve(srcs[k], sizes[k], false, &src)) return r;
+  }
+  for (size_t k = 0; k < count; ++k)
+    if (CUresult r = memcpy_async(dsts[k], Need::Any, srcs[k], Need::Any, sizes[k], s)) return r;
+  return CUDA_SUCCESS;
 }
 
 // As on the real driver, a memset of device memory is queued on the legacy stream and the call
