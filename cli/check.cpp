@@ -63,6 +63,13 @@ int check(int argc, char** argv) {
               Runtime::instance().engine_note().empty() ? "" : ": ",
               Runtime::instance().engine_note().c_str());
   std::printf("GPU         %s\n", cuda::driver() ? "yes" : cuda::why_no_driver().c_str());
+  if (const cuda::Driver* d = cuda::driver()) {
+    for (int gpu = 0; gpu < d->device_count; ++gpu) {
+      size_t kb = 0;
+      cuFileGetBARSizeInKB(gpu, &kb);
+      std::printf("BAR1        GPU %d: %zu MiB%s\n", gpu, kb / 1024, kb ? "" : " (neither NVML nor sysfs says)");
+    }
+  }
   std::printf("large reads %s\n            why: %s\n",
               r.read.direct ? "staged direct: O_DIRECT into pinned slabs, async copy to the GPU"
                             : "page cache: buffered reads into pinned slabs, async copy to the GPU",

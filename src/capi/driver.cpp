@@ -5,6 +5,7 @@
 
 #include "capi/capi.hpp"
 #include "cuda/driver.hpp"
+#include "cuda/nvml.hpp"
 #include "exec/driver_state.hpp"
 #include "exec/runtime.hpp"
 
@@ -40,7 +41,9 @@ void fill_properties(const Settings& s, CUfileDrvProps_t* p) {
   p->max_batch_io_timeout_msecs = clamp_u32(s.batch_io_timeout_ms);
 }
 
-// BAR1 of an NVIDIA GPU is PCI resource 1: its size from sysfs, in KiB.
+// BAR1 of an NVIDIA GPU is PCI resource 1: its size in KiB, from NVML where it answers, else
+// from sysfs; 0 where neither knows. The GPU's PCI address (from the CUDA driver) names it to
+// both, so CUDA's device order and NVML's never get mixed up.
 Error bar1_size_kb(int gpu, size_t* kb) {
   using namespace gpufile::cuda;
   const Driver* d = driver();
@@ -52,8 +55,14 @@ Error bar1_size_kb(int gpu, size_t* kb) {
   d->DeviceGetAttribute(&domain, CU_DEVICE_ATTRIBUTE_PCI_DOMAIN_ID, dev);
   d->DeviceGetAttribute(&bus, CU_DEVICE_ATTRIBUTE_PCI_BUS_ID, dev);
   d->DeviceGetAttribute(&slot, CU_DEVICE_ATTRIBUTE_PCI_DEVICE_ID, dev);
+  char bus_id[32];
+  snprintf(bus_id, sizeof bus_id, "%04x:%02x:%02x.0", domain, bus, slot);
+  if (uint64_t bytes = nvml_bar1_bytes(bus_id)) {
+    *kb = static_cast<size_t>(bytes / 1024);
+    return Error::none();
+  }
   char path[96];
-  snprintf(path, sizeof path, "/sys/bus/pci/devices/%04x:%02x:%02x.0/resource", domain, bus, slot);
+  snprintf(path, sizeof path, "/sys/bus/pci/devices/%s/resource", bus_id);
   *kb = 0;
   FILE* f = fopen(path, "re");
   if (f == nullptr) return Error::none();  // not visible here (VMs, containers): report 0
