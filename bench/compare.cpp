@@ -14,6 +14,11 @@
 //                               the page cache's read ceiling (default: one thread per core)
 //   fswrite FILE [THREADS]      THREADS threads pwrite host memory into their slices of FILE.out
 //                               through the page cache, then fsync: the file system's write ceiling
+//   pread FILE THREADS IO_KIB [pageable|pinned]
+//                               THREADS threads pread IO_KIB pieces of FILE, taken in turn from a
+//                               shared cursor, three passes, each into a buffer of its own: what
+//                               plain pread by that many callers of that IO size reaches (the
+//                               ceiling of issue 10's N-caller targets where it is below H2D)
 // Baselines (what hand-written loaders do):
 //   naive FILE                  pread 16 MiB pieces into one pinned buffer, cuMemcpyHtoD each
 //   pageable FILE               the same with a malloc'd buffer
@@ -21,6 +26,10 @@
 // gpufile through the cuFile API:
 //   gpufile FILE                one cuFileRead of the whole FILE into device memory
 //   gpufile-write FILE          one cuFileWrite of FILE's size to FILE.out (O_DIRECT fd), then fsync
+//   dali FILE [THREADS [SECONDS]]  DALI's pattern: one registered 256 MiB device pool, THREADS (8)
+//                               threads issuing synchronous 2 MiB cuFileRead calls at random 2 MiB
+//                               offsets of FILE into 2 MiB slots of their own 32 MiB region of the
+//                               pool (devPtr_offset), for SECONDS (2); adds p50/p99 per call
 //
 // Output: MODE, GiB moved, seconds, GiB/s, CPU seconds (user + system, all threads) per GiB.
 #include <cufile.h>
@@ -30,6 +39,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -170,6 +180,86 @@ int host_file_ceiling(const char* path, uint64_t size, int threads, bool write, 
   return 0;
 }
 
+// THREADS threads pread `io` bytes at a time from a shared cursor over the file, three passes.
+int pread_ceiling(const char* path, uint64_t size, int threads, uint64_t io, HostMemory kind) {
+  int fd = open(path, O_RDONLY);
+  if (fd < 0 || io == 0 || io > size) return fail("open / IO size");
+  std::vector<void*> bufs(threads);
+  for (auto& b : bufs)
+    if ((b = host_buffer(io, kind)) == nullptr) return fail("alloc");
+  const uint64_t per_pass = size / io, total = 3 * per_pass;
+  std::atomic<uint64_t> next{0};
+  std::atomic<bool> ok{true};
+  Timer t;
+  std::vector<std::thread> pool;
+  for (int i = 0; i < threads; ++i)
+    pool.emplace_back([&, i] {
+      for (uint64_t k; (k = next.fetch_add(1)) < total;)
+        if (pread(fd, bufs[i], io, (k % per_pass) * io) != static_cast<ssize_t>(io)) ok = false;
+    });
+  for (auto& th : pool) th.join();
+  if (!ok) return fail("pread");
+  t.report("pread", total * io,
+           "(" + std::to_string(threads) + " threads, " + std::to_string(io >> 10) + " KiB, " +
+               memory_name(kind) + ")");
+  close(fd);
+  return 0;
+}
+
+// DALI's reader: one registered device pool, synchronous 2 MiB reads into slots inside it.
+int dali(const char* path, uint64_t size, int threads, int seconds) {
+  constexpr uint64_t kPool = 256ull << 20, kRead = 2ull << 20;
+  const uint64_t region = kPool / threads / kRead * kRead;
+  if (region < kRead || size < kRead) return fail("too many threads for the pool, or file too small");
+  cuda::CUdeviceptr pool = 0;
+  if (cuFileDriverOpen().err) return fail("driver open");
+  if (d->MemAlloc(&pool, kPool)) return fail("device alloc");
+  void* base = reinterpret_cast<void*>(pool);
+  if (cuFileBufRegister(base, kPool, 0).err) return fail("buffer register");
+  int fd = open(path, O_RDONLY | O_DIRECT);
+  CUfileDescr_t desc{};
+  desc.type = CU_FILE_HANDLE_TYPE_OPAQUE_FD;
+  desc.handle.fd = fd;
+  CUfileHandle_t h = nullptr;
+  if (fd < 0 || cuFileHandleRegister(&h, &desc).err) return fail("handle register");
+  std::vector<std::vector<double>> us(threads);
+  std::atomic<bool> ok{true};
+  const auto until = Clock::now() + std::chrono::seconds(seconds);
+  Timer t;
+  std::vector<std::thread> ts;
+  for (int i = 0; i < threads; ++i)
+    ts.emplace_back([&, i] {
+      cuda::CUcontext ctx = nullptr;
+      cuda::CUdevice dev = 0;
+      d->DeviceGet(&dev, 0);
+      d->DevicePrimaryCtxRetain(&ctx, dev);
+      d->CtxSetCurrent(ctx);
+      uint64_t rng = 0x9E3779B97F4A7C15ull * (i + 1);
+      for (uint64_t k = 0; Clock::now() < until; ++k) {
+        rng ^= rng << 13, rng ^= rng >> 7, rng ^= rng << 17;
+        const uint64_t off = rng % (size / kRead) * kRead;
+        const off_t slot = static_cast<off_t>(i * region + k * kRead % region);
+        const Clock::time_point t0 = Clock::now();
+        if (cuFileRead(h, base, kRead, static_cast<off_t>(off), slot) != static_cast<ssize_t>(kRead))
+          ok = false;
+        us[i].push_back(std::chrono::duration<double, std::micro>(Clock::now() - t0).count());
+      }
+    });
+  for (auto& th : ts) th.join();
+  std::vector<double> all;
+  for (auto& v : us) all.insert(all.end(), v.begin(), v.end());
+  if (!ok || all.empty()) return fail("read");
+  std::sort(all.begin(), all.end());
+  char note[128];
+  std::snprintf(note, sizeof note, "(%d threads, 2 MiB into a 256 MiB pool; p50 %.0f us p99 %.0f us)",
+                threads, all[all.size() / 2], all[all.size() * 99 / 100]);
+  t.report("dali", all.size() * kRead, note);
+  cuFileHandleDeregister(h);
+  cuFileBufDeregister(base);
+  close(fd);
+  return 0;
+}
+
 // The loop most hand-written loaders use: one thread, one 16 MiB host buffer, a synchronous
 // copy after each read (or before each write).
 int naive(const char* path, uint64_t size, bool pinned, bool write) {
@@ -256,6 +346,13 @@ int main(int argc, char** argv) {
   if (mode == "pageable") return naive(argv[2], size, false, false);
   if (mode == "naive-write") return naive(argv[2], size, true, true);
   if (mode == "pageable-write") return naive(argv[2], size, false, true);
+  if (mode == "pread") {
+    const uint64_t io = argc > 4 ? std::strtoull(argv[4], nullptr, 0) << 10 : kPiece;
+    const bool pinned = argc > 5 && std::string(argv[5]) == "pinned";
+    return pread_ceiling(argv[2], size, threads, io, pinned ? HostMemory::pinned : HostMemory::pageable);
+  }
+  if (mode == "dali")
+    return dali(argv[2], size, argc > 3 ? threads : 8, argc > 4 ? std::atoi(argv[4]) : 2);
   if (mode == "gpufile") return with_gpufile(argv[2], size, false);
   if (mode == "gpufile-write") return with_gpufile(argv[2], size, true);
   return fail("unknown mode");
