@@ -253,8 +253,8 @@ void record(const Io& io, const IoResult& r, bool one_piece_on_caller, uint64_t 
 // A synchronous call on GPU memory comes after the work its caller queued on the legacy default
 // stream, as cudaMemcpy does: a cuMemsetD8, or a cuMemcpyHtoD from pageable memory, may return
 // before its bytes land, and a cuFileWrite of that memory right after must write the new bytes
-// (and a cuFileRead's bytes must not be overwritten by it). Small IO gets this from its blocking
-// streams. The workers' streams cannot be blocking ones (a stream op queued on the legacy stream
+// (and a cuFileRead's bytes must not be overwritten by it). Pieces run on the caller's thread get
+// this from their blocking streams (exec/caller.hpp). The workers' streams cannot be blocking ones (a stream op queued on the legacy stream
 // waits for them: neither could go first), so when the legacy stream has work pending, an event
 // recorded behind it is what every copy of the job waits for.
 class LegacyStreamFence {
@@ -283,7 +283,6 @@ class LegacyStreamFence {
   exec::Job& job_;
   cuda::CUevent event_ = nullptr;
 };
-
 
 // Counts synchronous calls in Runtime::run while they run (the routing's `callers`).
 class CallerCount {
