@@ -94,4 +94,23 @@ ScopedContext::~ScopedContext() {
   if (switched_) driver()->CtxSetCurrent(previous_);
 }
 
+ScopedAnyContext::ScopedAnyContext() {
+  const Driver* d = driver();
+  CUcontext current = nullptr;
+  if (d == nullptr || d->CtxGetCurrent(&current) != CUDA_SUCCESS || current != nullptr) return;
+  CUcontext primary = nullptr;
+  if (d->DeviceGet(&device_, 0) != CUDA_SUCCESS ||
+      d->DevicePrimaryCtxRetain(&primary, device_) != CUDA_SUCCESS)
+    return;
+  borrowed_ = true;
+  d->CtxSetCurrent(primary);
+}
+
+ScopedAnyContext::~ScopedAnyContext() {
+  if (!borrowed_) return;
+  const Driver* d = driver();
+  d->CtxSetCurrent(nullptr);
+  d->DevicePrimaryCtxRelease(device_);
+}
+
 }  // namespace gpufile::cuda

@@ -50,4 +50,20 @@ class ScopedContext {
   bool switched_ = false;
 };
 
+// Makes some context current for the scope when the thread has none: device 0's primary
+// context, retained for the scope. For releasing what gpufile allocated (pinned registrations
+// are portable, so any context will do) on a thread that never used CUDA: the driver refuses
+// cuMemHostUnregister there.
+class ScopedAnyContext {
+ public:
+  ScopedAnyContext();
+  ~ScopedAnyContext();
+  ScopedAnyContext(const ScopedAnyContext&) = delete;
+  ScopedAnyContext& operator=(const ScopedAnyContext&) = delete;
+
+ private:
+  bool borrowed_ = false;
+  CUdevice device_ = 0;
+};
+
 }  // namespace gpufile::cuda

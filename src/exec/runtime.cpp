@@ -116,8 +116,10 @@ Error Runtime::close() {
     closing = std::move(session_);
   }
   // IO already admitted finishes first; its handles and buffers go with the session, which is
-  // destroyed here, on the closing thread (see Io::session_).
+  // destroyed here, on the closing thread (see Io::session_), with a context current so that
+  // its staging can be unpinned whichever thread closes.
   wait_for_zero(closing->inflight);
+  cuda::ScopedAnyContext ctx;
   closing.reset();
   return Error::none();
 }

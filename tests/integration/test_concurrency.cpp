@@ -373,6 +373,36 @@ TEST_F(Concurrency, RegistrationChurn) {
   for (int t = 0; t < 8; ++t) EXPECT_EQ(errors[t], "") << "thread " << t;
 }
 
+// A driver closed from a thread that never made a CUDA context current (a cleanup thread, an
+// atexit handler) still unpins every staging buffer: the driver refuses cuMemHostUnregister
+// without a current context, and the registrations - pinned pages of memory already unmapped -
+// would outlive the session (a later open then failed with CUDA_ERROR_HOST_MEMORY_ALREADY_
+// REGISTERED where the kernel handed out the same addresses again).
+TEST_F(Concurrency, DriverClosedFromAThreadWithoutAContextUnpinsItsStaging) {
+  CAPI_REQUIRE_DRIVER();
+  auto live_registered =
+      reinterpret_cast<size_t (*)()>(driver_symbol("fakecuda_live_registered_bytes"));
+  if (!live_registered) GTEST_SKIP() << "needs the test double's registration counter";
+  session_.reset();
+  // What is pinned with no session open (the stream API's staging lives for the process).
+  const size_t baseline = live_registered();
+  session_ = std::make_unique<DriverSession>();
+  ASSERT_TRUE(session_->ok()) << session_->error();
+  Handle h(path_, O_RDONLY);
+  ASSERT_TRUE(h.ok());
+  std::string why;
+  auto buf = Buffer::make(Mem::device, 8 * MiB, &why);
+  ASSERT_TRUE(buf) << why;
+  ASSERT_EQ(cuFileRead(h.get(), buf->ptr(), 8 * MiB, 0, 0), static_cast<ssize_t>(8 * MiB));
+  h.reset();
+  ASSERT_GT(live_registered(), baseline) << "the session pinned no staging";
+  std::thread closer([] { drain_driver(); });  // a thread with no context current
+  closer.join();
+  EXPECT_EQ(live_registered(), baseline) << "staging stayed pinned after the driver closed";
+  session_ = std::make_unique<DriverSession>();
+  EXPECT_TRUE(session_->ok()) << session_->error();
+}
+
 // Who runs what (src/route/route.hpp, plan_threads), seen through the counters of bytes moved
 // by callers' own threads and by the workers. Bytes are checked either way.
 struct RunnerBytes {
