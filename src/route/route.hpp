@@ -102,7 +102,7 @@ struct ThreadPlan {
   Runner runner = Runner::workers;
   uint64_t step = 0;       // pieces sit on a grid of this many bytes (a 4 KiB multiple)
   uint32_t pieces = 1;     // how many pieces that makes
-  unsigned helpers = 0;    // workers to wake for the pieces the caller leaves
+  unsigned helpers = 0;    // workers to wake: for the pieces the caller leaves, or for all of them
   Reason why = Reason::asynchronous;
 };
 
