@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # Builds gpufile and runs every test: the normal build, the Python package (pip install . into a
 # virtual environment, then pytest), then the C++ suite again under AddressSanitizer +
-# UndefinedBehaviorSanitizer. Without a GPU, tests run the real code path
-# against the CUDA driver test double (tests/support/fakecuda). Exit status 0 only if all pass.
-#   GPUFILE_TEST_SANITIZERS=0  skips the sanitizer pass.
+# UndefinedBehaviorSanitizer, and under ThreadSanitizer. Without a GPU, tests run the real code
+# path against the CUDA driver test double (tests/support/fakecuda). Exit status 0 only if all
+# pass.
+#   GPUFILE_TEST_SANITIZERS=0  skips the sanitizer passes.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/deps.sh
@@ -16,7 +17,7 @@ run_suite() {  # name, build dir, extra cmake args...
   echo "== gpufile tests: $name"
   cmake -S . -B "$dir" -G Ninja "$@" >/dev/null
   cmake --build "$dir" -j "$jobs"
-  ctest --test-dir "$dir" --output-on-failure -j "$jobs" --no-tests=error
+  ctest --test-dir "$dir" --output-on-failure -j "$jobs" --no-tests=error ${exclude:+-E "$exclude"}
 }
 
 run_suite default build/test -DCMAKE_BUILD_TYPE=RelWithDebInfo
@@ -34,5 +35,11 @@ GPUFILE_CUDA_LIBRARY="$PWD/build/test/tests/support/fakecuda/libcuda.so.1" \
 if [ "${GPUFILE_TEST_SANITIZERS:-1}" != 0 ]; then
   ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1 \
     run_suite asan+ubsan build/asan -DCMAKE_BUILD_TYPE=Debug "-DGPUFILE_SANITIZE=address,undefined"
+  # ThreadSanitizer, no suppressions. die_after_fork=0: the fork tests start threads in the child
+  # of a threaded parent, which TSan refuses by default; gpufile parks its workers around fork()
+  # for exactly that case (src/exec/executor.hpp). cli_bench, the CLI's end-to-end script, runs
+  # the library code the C API suites run here already, and takes minutes under TSan.
+  TSAN_OPTIONS=halt_on_error=1:die_after_fork=0:second_deadlock_stack=1 exclude='^cli_bench$' \
+    run_suite tsan build/tsan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DGPUFILE_SANITIZE=thread
 fi
 echo "gpufile tests: all passed"
