@@ -19,6 +19,10 @@
 //                               shared cursor, three passes, each into a buffer of its own: what
 //                               plain pread by that many callers of that IO size reaches (the
 //                               ceiling of issue 10's N-caller targets where it is below H2D)
+//   pwrite FILE THREADS IO_KIB [pageable|pinned]
+//                               the same with pwrite, one pass over FILE in place, O_DIRECT
+//                               where the file system takes it (tmpfs does not): the write
+//                               ceiling of `gpufile bench -I 1` callers of that IO size
 // Baselines (what hand-written loaders do):
 //   naive FILE                  pread 16 MiB pieces into one pinned buffer, cuMemcpyHtoD each
 //   pageable FILE               the same with a malloc'd buffer
@@ -40,6 +44,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cerrno>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -180,26 +185,41 @@ int host_file_ceiling(const char* path, uint64_t size, int threads, bool write, 
   return 0;
 }
 
-// THREADS threads pread `io` bytes at a time from a shared cursor over the file, three passes.
-int pread_ceiling(const char* path, uint64_t size, int threads, uint64_t io, HostMemory kind) {
-  int fd = open(path, O_RDONLY);
+// Opens FILE for the write ceiling as `gpufile bench -I 1` opens it: O_DIRECT, or the page cache
+// where the file system refuses O_DIRECT (tmpfs).
+int open_for_writes(const char* path) {
+  int fd = open(path, O_WRONLY | O_DIRECT);
+  return fd < 0 && errno == EINVAL ? open(path, O_WRONLY) : fd;
+}
+
+// THREADS threads move `io` bytes at a time between a host buffer of their own and FILE, taking
+// pieces in turn from a shared cursor: reads (pread, through the page cache) make three passes;
+// writes (pwrite) overwrite the file in place in one pass, as `gpufile bench -I 1` does, since
+// a pass of a 4 GiB file to a disk takes seconds.
+int piece_ceiling(const char* path, uint64_t size, int threads, uint64_t io, HostMemory kind,
+                  bool write) {
+  int fd = write ? open_for_writes(path) : open(path, O_RDONLY);
   if (fd < 0 || io == 0 || io > size) return fail("open / IO size");
   std::vector<void*> bufs(threads);
   for (auto& b : bufs)
     if ((b = host_buffer(io, kind)) == nullptr) return fail("alloc");
-  const uint64_t per_pass = size / io, total = 3 * per_pass;
+  const uint64_t per_pass = size / io, total = (write ? 1 : 3) * per_pass;
   std::atomic<uint64_t> next{0};
   std::atomic<bool> ok{true};
   Timer t;
   std::vector<std::thread> pool;
   for (int i = 0; i < threads; ++i)
     pool.emplace_back([&, i] {
-      for (uint64_t k; (k = next.fetch_add(1)) < total;)
-        if (pread(fd, bufs[i], io, (k % per_pass) * io) != static_cast<ssize_t>(io)) ok = false;
+      for (uint64_t k; (k = next.fetch_add(1)) < total;) {
+        const off_t off = static_cast<off_t>((k % per_pass) * io);
+        if ((write ? pwrite(fd, bufs[i], io, off) : pread(fd, bufs[i], io, off)) !=
+            static_cast<ssize_t>(io))
+          ok = false;
+      }
     });
   for (auto& th : pool) th.join();
-  if (!ok) return fail("pread");
-  t.report("pread", total * io,
+  if (!ok) return fail(write ? "pwrite" : "pread");
+  t.report(write ? "pwrite" : "pread", total * io,
            "(" + std::to_string(threads) + " threads, " + std::to_string(io >> 10) + " KiB, " +
                memory_name(kind) + ")");
   close(fd);
@@ -346,10 +366,11 @@ int main(int argc, char** argv) {
   if (mode == "pageable") return naive(argv[2], size, false, false);
   if (mode == "naive-write") return naive(argv[2], size, true, true);
   if (mode == "pageable-write") return naive(argv[2], size, false, true);
-  if (mode == "pread") {
+  if (mode == "pread" || mode == "pwrite") {
     const uint64_t io = argc > 4 ? std::strtoull(argv[4], nullptr, 0) << 10 : kPiece;
     const bool pinned = argc > 5 && std::string(argv[5]) == "pinned";
-    return pread_ceiling(argv[2], size, threads, io, pinned ? HostMemory::pinned : HostMemory::pageable);
+    return piece_ceiling(argv[2], size, threads, io,
+                         pinned ? HostMemory::pinned : HostMemory::pageable, mode == "pwrite");
   }
   if (mode == "dali")
     return dali(argv[2], size, argc > 3 ? threads : 8, argc > 4 ? std::atoi(argv[4]) : 2);

@@ -25,35 +25,21 @@ import ctypes
 import json
 import os
 import platform
-import re
 import resource
 import shutil
-import subprocess
 import sys
 import threading
 import time
 
-GIB = 1 << 30
-MIB = 1 << 20
-KIB = 1 << 10
+import benchlib
+from benchlib import GIB, KIB, MIB, cpu_seconds, human
+
 SWEEP_IO = [4 * KIB, 64 * KIB, MIB, 16 * MIB, 64 * MIB]
 SWEEP_THREADS = [1, 4, 16]
 RANDOM_IO = [4 * KIB, 64 * KIB]
 RANDOM_THREADS = [1, 8, 16]
 KVIKIO_THREADS = [4, 8, 16]
 KVIKIO_TASKS = [MIB, 4 * MIB, 16 * MIB]
-
-
-def human(n):
-    for unit, size in (("G", GIB), ("M", MIB), ("K", KIB)):
-        if n >= size and n % size == 0:
-            return f"{n // size}{unit}"
-    return str(n)
-
-
-def cpu_seconds():
-    u = resource.getrusage(resource.RUSAGE_SELF)
-    return u.ru_utime + u.ru_stime
 
 
 # --------------------------------------------------------------------------------------------
@@ -64,30 +50,76 @@ def cuda_buffer(nbytes):
     return torch.empty(nbytes, dtype=torch.uint8, device="cuda")
 
 
+def device_array(nbytes, kind):
+    """(buffer, synchronise) of GPU memory: a torch tensor, a CuPy array, or "cuda" memory from
+    the driver itself (benchlib.DriverArray); "numpy" is host memory."""
+    if kind == "cuda":
+        a = benchlib.DriverArray(nbytes)
+        return a, a.synchronize
+    if kind == "cupy":
+        import cupy
+        return cupy.empty(nbytes, dtype=cupy.uint8), cupy.cuda.runtime.deviceSynchronize
+    if kind == "numpy":
+        import numpy
+        return numpy.empty(nbytes, dtype=numpy.uint8), lambda: None
+    import torch
+    return cuda_buffer(nbytes), torch.cuda.synchronize
+
+
+def kvikio_whole_once(f, buf, size, write, target):
+    """One timed KvikIO pread / pwrite of the whole file (with fsync after a write): secs, cpu."""
+    c0, t0 = cpu_seconds(), time.perf_counter()
+    n = (f.pwrite(buf, size, 0) if write else f.pread(buf, size, 0)).get()
+    if write:
+        fd = os.open(target, os.O_RDONLY)
+        os.fsync(fd)
+        os.close(fd)
+    secs, cpu = time.perf_counter() - t0, cpu_seconds() - c0
+    if n != size:
+        raise RuntimeError(f"KvikIO moved {n} of {size} bytes")
+    return secs, cpu
+
+
+def cufile_served(f, buf, size):
+    """Which libcufile this process runs on, and whether it served a read: after the timed
+    reads, level-1 statistics are switched on and one more read is counted."""
+    lib = benchlib.loaded_cufile()
+    out = {"libcufile_mapped": benchlib.mapped_libcufile()}
+    if benchlib.cufile_stats_on(lib):
+        before = benchlib.cufile_read_stats(lib)
+        f.pread(buf, size, 0).get()
+        after = benchlib.cufile_read_stats(lib)
+        if before and after:
+            out["cufile_reads"] = after[0] - before[0]
+            out["cufile_read_bytes"] = after[1] - before[1]
+    return out
+
+
 def worker_kvikio_whole(spec):
-    """KvikIO's own parallel read/write of the whole file (threads and task size from the env)."""
+    """KvikIO's own parallel read/write of the whole file (threads and task size from the env).
+    The first call of a process pays for KvikIO's bounce buffers and thread pool; with
+    spec["repeats"] the same process then reads that many more times ("more": secs, cpu each).
+    spec["array"]: "torch" (default) or "cupy" memory. spec["verify"]: report which libcufile
+    the process runs on and how many reads it counted ("served")."""
     import kvikio
     import kvikio.defaults
     path, size, write = spec["path"], spec["size"], spec["write"]
-    buf = cuda_buffer(size)
+    buf, synchronise = device_array(size, spec.get("array", "torch"))
     target = path + ".out" if write else path
-    import torch
-    torch.cuda.synchronize()
+    synchronise()
     with kvikio.CuFile(target, "w" if write else "r") as f:
-        c0, t0 = cpu_seconds(), time.perf_counter()
-        n = (f.pwrite(buf, size, 0) if write else f.pread(buf, size, 0)).get()
-        if write:
-            fd = os.open(target, os.O_RDONLY)
-            os.fsync(fd)
-            os.close(fd)
-        secs, cpu = time.perf_counter() - t0, cpu_seconds() - c0
+        secs, cpu = kvikio_whole_once(f, buf, size, write, target)
+        more = [kvikio_whole_once(f, buf, size, write, target) for _ in range(spec.get("repeats", 0))]
+        served = cufile_served(f, buf, size) if spec.get("verify") else None
     if write:
         os.unlink(target)
-    if n != size:
-        raise RuntimeError(f"KvikIO moved {n} of {size} bytes")
     d = kvikio.defaults
     note = f"compat={d.get('compat_mode')}, threads={d.get('num_threads')}, task={human(d.get('task_size'))}"
-    return {"bytes": size, "secs": secs, "cpu": cpu, "note": note}
+    out = {"bytes": size, "secs": secs, "cpu": cpu, "note": note, "kvikio": kvikio.__version__,
+           "more": [{"secs": s, "cpu": c} for s, c in more]}
+    if served is not None:
+        out["served"] = served
+    return out
 
 
 def worker_libcufile(spec):
@@ -250,26 +282,13 @@ class Run:
         self.args = args
         self.rows = []
         self.ceilings = {}
-        self.log = open(os.path.join(args.out, "side_by_side.log"), "w")
+        self.shell = benchlib.Shell(os.path.join(args.out, "side_by_side.log"))
+        self.say, self.sh = self.shell.say, self.shell.run
         self.compare = os.path.join(args.build, "bench", "gpufile_compare")
         self.gpufile = os.path.join(args.build, "cli", "gpufile")
 
-    def say(self, text):
-        print(text, flush=True)
-        self.log.write(text + "\n")
-        self.log.flush()
-
-    def sh(self, cmd, env=None, timeout=600):
-        full_env = dict(os.environ, **(env or {}))
-        p = subprocess.run(cmd, capture_output=True, text=True, env=full_env, timeout=timeout)
-        self.log.write(f"$ {' '.join(cmd)}\n{p.stdout}{p.stderr}\n")
-        self.log.flush()
-        return p
-
     def drop_caches(self):
-        os.sync()
-        with open("/proc/sys/vm/drop_caches", "w") as f:
-            f.write("3\n")
+        benchlib.drop_caches()
 
     def add(self, case, loader, res, ceiling=None, **extra):
         if "secs" in res and not res.get("bytes"):
@@ -287,35 +306,15 @@ class Run:
         self.say(f"  {case + where:<30} {loader:<34} {shown}")
         return row
 
-    # gpufile_compare: "<mode> <GiB> GiB <s> s <GiB/s> GiB/s cpu <c> s/GiB (note)"
-    LINE = re.compile(r"^(\S+)\s+([\d.]+) GiB\s+([\d.]+) s\s+([\d.]+) GiB/s cpu\s+([\d.]+) s/GiB ?(.*)$")
-
     def compare_run(self, mode, path=None, threads=None, env=None):
         cmd = [self.compare, mode] + ([path] if path else []) + ([str(threads)] if threads else [])
-        p = self.sh(cmd, env)
-        m = self.LINE.match(p.stdout.strip().splitlines()[-1]) if p.returncode == 0 and p.stdout.strip() else None
-        if not m:
-            return {"error": (p.stderr.strip() or p.stdout.strip() or f"exit {p.returncode}")[:160]}
-        gib, secs, cpu_per = float(m.group(2)), float(m.group(3)), float(m.group(5))
-        return {"bytes": int(gib * GIB), "secs": secs, "cpu": cpu_per * gib, "note": m.group(6)}
+        return benchlib.parse_compare(self.sh(cmd, env))
 
     def worker(self, spec, env=None):
-        p = self.sh([sys.executable, os.path.abspath(__file__), "worker", json.dumps(spec)], env)
-        for line in p.stdout.splitlines():
-            if line.startswith("RESULT "):
-                return json.loads(line[7:])
-        return {"error": (p.stderr.strip().splitlines() or [f"exit {p.returncode}"])[-1][:160]}
+        return benchlib.run_worker(self.shell, __file__, spec, env)
 
     def gpufile_bench(self, flags):
-        p = self.sh([self.gpufile, "bench"] + flags + ["--json"])
-        js = [l for l in p.stdout.splitlines() if l.startswith("{")]
-        if p.returncode != 0 or not js:
-            return {"error": (p.stderr.strip() or f"exit {p.returncode}")[:160]}
-        j = json.loads(js[-1])
-        done = j["dataset_done_kib"] * KIB
-        return {"bytes": done, "secs": j["total_time_s"], "cpu": j["cpu_s_per_gib"] * done / GIB,
-                "ops": j["ops"], "p50_us": j["p50_latency_us"], "p99_us": j["p99_latency_us"],
-                "max_us": j["max_latency_us"]}
+        return benchlib.parse_bench(self.sh([self.gpufile, "bench"] + flags + ["--json"]))
 
     # ---- the sections -----------------------------------------------------------------------
 
@@ -341,10 +340,7 @@ class Run:
         self.ext4 = os.path.join(a.dir, "side-by-side.bin")
         self.shm = "/dev/shm/side-by-side.bin"
         self.say(f"data: {a.size_gib} GiB of random bytes at {self.ext4} and {self.shm}")
-        with open("/dev/urandom", "rb") as src, open(self.ext4, "wb") as dst:
-            for _ in range(a.size_gib * 64):
-                dst.write(src.read(16 * MIB))
-        os.sync()
+        benchlib.make_random_file(self.ext4, a.size_gib * GIB)
         shutil.copyfile(self.ext4, self.shm)
 
     def ceiling(self, name, res):
@@ -393,13 +389,8 @@ class Run:
             self.ceiling(f"file write + fsync, {where}", best or r)
 
     def warm(self, path=None, times=1):
-        """Reads the file through the page cache. The second read of fresh pages costs more than
-        later ones (the kernel moves them to its active list then), so each case starts with two
-        reads and every loader finds the pages in the same state."""
-        for _ in range(times):
-            with open(path or self.ext4, "rb") as f:
-                while f.read(64 * MIB):
-                    pass
+        """Each case starts with two reads (benchlib.warm says why)."""
+        benchlib.warm(path or self.ext4, times)
 
     def read_case(self, case, path, ceiling):
         """One case of sequential whole-file reads into the GPU, every loader."""

@@ -215,7 +215,7 @@ bool run_batch(const Gpu& gpu, RunState& run, std::vector<Lane>& lanes, LaneStat
                const std::function<bool()>& start) {
   pin_to_node(run);  // this thread is the batch's IO thread
   Buffer buf;
-  if (!buf.allocate(Mem::device, gpu, run.opt.io_size * lanes.size()) ||
+  if (!buf.allocate(io_memory(run.opt), gpu, run.opt.io_size * lanes.size()) ||
       !fill_noise(buf, run.opt.seed) || !register_buffer(buf, run.opt))
     return std::fprintf(stderr, "gpufile bench: could not set up the batch buffer\n"), false;
   auto batcher = make_batcher(run.opt.xfer, buf, run.opt.io_size);

@@ -72,6 +72,12 @@ void Event::destroy() {
   pending_ = false;
 }
 
+Mem io_memory(const Options& o) {
+  if (o.memory == 2) return Mem::pinned;
+  if (o.memory == 3) return Mem::host;
+  return Mem::device;
+}
+
 bool Buffer::allocate(Mem kind, const Gpu& gpu, uint64_t bytes) {
   drv_ = gpu.drv;
   kind_ = drv_ ? kind : Mem::host;

@@ -62,6 +62,10 @@ class Event {
 
 enum class Mem { device, host, pinned };
 
+// The memory of the IO buffers of the cuFile types that use "GPU" buffers (-x 0, 5, 6, 7):
+// device memory, or what -m asks for instead.
+Mem io_memory(const Options& o);
+
 class Buffer {
  public:
   Buffer() = default;

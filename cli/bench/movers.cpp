@@ -116,7 +116,7 @@ class AsyncMover : public Mover {
  public:
   bool start(const Gpu& gpu, const Options& o, Lane* lane) override {
     lane_ = lane;
-    if (!buf_.allocate(Mem::device, gpu, o.io_size) || !fill_noise(buf_, o.seed)) return false;
+    if (!buf_.allocate(io_memory(o), gpu, o.io_size) || !fill_noise(buf_, o.seed)) return false;
     if (!(registered_ = register_buffer(buf_, o))) return false;
     if (!gpu.drv) return true;  // no streams without a driver: synchronous calls stand in
     if (!stream_.create(gpu)) {
@@ -165,9 +165,9 @@ class AsyncMover : public Mover {
 
 }  // namespace
 
-std::unique_ptr<Mover> make_mover(Xfer x) {
-  switch (x) {
-    case Xfer::gpu_direct: return std::make_unique<CuFileMover>(Mem::device);
+std::unique_ptr<Mover> make_mover(const Options& o) {
+  switch (o.xfer) {
+    case Xfer::gpu_direct: return std::make_unique<CuFileMover>(io_memory(o));
     case Xfer::cpu_only: return std::make_unique<CuFileMover>(Mem::host);
     case Xfer::cpu_gpu: return std::make_unique<CpuGpuMover>();
     case Xfer::cpu_async_gpu: return std::make_unique<CpuAsyncGpuMover>();

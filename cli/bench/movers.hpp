@@ -27,6 +27,6 @@ class Mover {
 };
 
 // The mover of a thread-per-lane transfer type; null for the batch types.
-std::unique_ptr<Mover> make_mover(Xfer x);
+std::unique_ptr<Mover> make_mover(const Options& o);
 
 }  // namespace gpufile::cli::benchmark

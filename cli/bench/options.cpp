@@ -26,6 +26,7 @@ const char* xfer_label(Xfer x) {
 }
 
 bool uses_gpu_memory(Xfer x) { return x != Xfer::cpu_only; }
+bool takes_memory_flag(Xfer x) { return uses_gpu_memory(x) && !uses_posix_io(x); }
 bool is_batch(Xfer x) { return x == Xfer::gpu_batch || x == Xfer::gpu_batch_stream; }
 bool uses_posix_io(Xfer x) {
   return x == Xfer::cpu_gpu || x == Xfer::cpu_async_gpu || x == Xfer::cpu_cached_gpu;
@@ -81,6 +82,8 @@ void print_usage(FILE* f) {
       "  -k SEED   seed of the random order and of -V data (0)\n"
       "  -V        verify: write self-checking blocks; check them when reading\n"
       "  -b        leave IO buffers unregistered (no cuFileBufRegister)\n"
+      "  -m N      IO buffer memory with -x 0, 5, 6, 7: 0 cudaMalloc, 2 cudaMallocHost\n"
+      "            (pinned host), 3 malloc (pageable host) (0)\n"
       "  -O 0|1    0 opens files with O_DIRECT, 1 goes through the page cache (0)\n"
       "  --json    also print the result as a JSON object with latency percentiles\n"
       "  --progress, --no-progress\n"
@@ -119,6 +122,14 @@ bool parse_u64(const char* text, uint64_t* out) {
   if (errno || end == text || *end != '\0') return false;
   *out = v;
   return true;
+}
+
+// -m: gdsio's 0 to 4, of which 0, 2 and 3 are implemented.
+bool parse_memory(const char* text, int* out, std::string* why) {
+  if (!parse_int(text, 0, 4, out)) return false;
+  if (*out == 0 || *out == 2 || *out == 3) return true;
+  *why = "not implemented (0 cudaMalloc, 2 cudaMallocHost and 3 malloc are)";
+  return false;
 }
 
 bool parse_xfer(const char* text, Xfer* out) {
@@ -191,6 +202,7 @@ bool apply_flag(int c, const char* arg, Options* o, std::string* why) {
     case 'k': return parse_u64(arg, &o->seed);
     case 'V': o->verify = true; return true;
     case 'b': o->skip_buf_register = true; return true;
+    case 'm': return parse_memory(arg, &o->memory, why);
     case 'O': return parse_int(arg, 0, 1, &v) && (o->buffered = v == 1, true);
     case 'j': o->json = true; return true;
     case 'J': o->per_job_stats = true; return true;
@@ -238,6 +250,8 @@ std::string options_problem(const Options& o) {
   if (o.size == 0) return "-s (data set size) is required and must be > 0";
   if (o.io_size == 0 && o.sweep_io.empty())
     return "-i (IO size) or --sweep-io is required, and sizes must be > 0";
+  if (o.memory != 0 && !takes_memory_flag(o.xfer))
+    return "-m goes with -x 0, 5, 6 and 7 only (as in gdsio)";
   if (is_batch(o.xfer) && deepest(o) > 128)
     return "-x 6 and -x 7 allow at most 128 IOs per batch (-w, --sweep-threads)";
   // A sweep replaces -i by each of its sizes; those are single sizes, checked as they run.
@@ -260,7 +274,7 @@ bool parse_options(int argc, char** argv, Options* o) {
   int c = 0;
   int long_index = 0;
   std::string run_flag;  // the first flag that a job file would override
-  while ((c = getopt_long(argc, argv, ":f:D:d:n:w:s:i:o:x:I:T:k:VbO:Jh", longs,
+  while ((c = getopt_long(argc, argv, ":f:D:d:n:w:s:i:o:x:I:T:k:Vbm:O:Jh", longs,
                           &long_index)) != -1) {
     if (c == '?' || c == ':') {
       const char* what = c == ':' ? "missing value for" : "unknown flag";

@@ -59,6 +59,10 @@ struct Options {
   uint64_t seed = 0;
   bool verify = false;
   bool skip_buf_register = false;
+  // -m: the memory of the IO buffers of -x 0, 5, 6 and 7, in gdsio's numbering: 0 cudaMalloc,
+  // 2 cudaMallocHost (pinned host memory), 3 malloc (pageable; 4 KiB-aligned here). gdsio's
+  // 1 (cuMem VMM) and 4 (mmap) are not implemented.
+  int memory = 0;
   bool buffered = false;
   bool json = false;
   Progress progress = Progress::automatic;  // --progress, --no-progress
@@ -75,6 +79,9 @@ struct Options {
 // -i as IoSizes, and back.
 IoSizes io_sizes_of(const Options& o);
 void set_io_sizes(Options* o, const IoSizes& s);
+
+// Whether -m may go with this transfer type (gdsio: only the cuFile types on "GPU" buffers).
+bool takes_memory_flag(Xfer x);
 
 // Whether files are opened with O_DIRECT (neither -O 1 nor -x 4).
 bool opens_direct(const Options& o);

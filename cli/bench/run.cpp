@@ -119,7 +119,7 @@ bool run_threads(const Gpu& gpu, RunState& run, std::vector<Lane>& lanes,
   std::vector<std::unique_ptr<Mover>> movers;
   bool ok = true;
   for (Lane& lane : lanes) {
-    movers.push_back(make_mover(run.opt.xfer));
+    movers.push_back(make_mover(run.opt));
     if (!movers.back()->start(gpu, run.opt, &lane)) {
       std::fprintf(stderr, "gpufile bench: could not set up IO buffers for %s\n",
                    lane.path.c_str());

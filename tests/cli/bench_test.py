@@ -72,11 +72,12 @@ def check_one_pass(m, xfer, io_size, what):
     check(float(m["secs"]) > 0 and float(m["lat"]) > 0, f"{what}: time and latency > 0")
 
 
-def write_then_read(path, xfer, io_size, random):
+def write_then_read(path, xfer, io_size, random, extra=()):
     """-V write (with its built-in read-back), then a separate -V read of the same file."""
     writes, reads = (3, 2) if random else (1, 0)
-    common = ["-f", path, "-s", FILE_SIZE, "-i", io_size, "-w", THREADS, "-x", xfer, "-k", 11, "-V"]
-    what = f"-x {xfer} -i {io_size} {'random' if random else 'sequential'}"
+    common = ["-f", path, "-s", FILE_SIZE, "-i", io_size, "-w", THREADS, "-x", xfer, "-k", 11, "-V",
+              *extra]
+    what = f"-x {xfer} -i {io_size} {'random' if random else 'sequential'} {' '.join(map(str, extra))}"
     w = bench(*common, "-I", writes)
     if not check(w.returncode == 0, f"{what}: write rc {w.returncode}: {w.stderr}"):
         return
@@ -328,12 +329,18 @@ def bad_flags_give_usage(path):
              ["-f", path, "-s", "8M", "--sweep-io", "4K,0"],
              ["-f", path, "-s", "8M", "-i", "64K", "--sweep-threads", "1,x"],
              ["-f", path, "-s", "8M", "--sweep-threads", "1,2"],      # no IO size at all
-             ["-f", path, "-s", "8M", "-i", "64K", "-x", "6", "--sweep-threads", "8,256"]]
+             ["-f", path, "-s", "8M", "-i", "64K", "-x", "6", "--sweep-threads", "8,256"],
+             ["-f", path, "-s", "8M", "-i", "64K", "-m", "5"],
+             ["-f", path, "-s", "8M", "-i", "64K", "-m", "2", "-x", "1"],  # gdsio: -m with 0, 5-7
+             ["-f", path, "-s", "8M", "-i", "64K", "-m", "3", "-x", "4"]]
     for args in cases:
         r = bench(*args)
         check(r.returncode == 2 and "usage:" in r.stderr, f"{args}: rc {r.returncode}")
     r = bench("-f", path, "-s", "8M", "-i", "64K", "-x", "9")
     check("-x 9: no such transfer type" in r.stderr, f"-x 9 is named: {r.stderr}")
+    for m in ("1", "4"):  # gdsio's cuMem VMM and mmap buffers
+        r = bench("-f", path, "-s", "8M", "-i", "64K", "-m", m)
+        check(r.returncode == 2 and "not implemented" in r.stderr, f"-m {m}: {r.stderr}")
     h = bench("-h")
     check(h.returncode == 0, "-h exits 0")
     names = ["GPU_DIRECT", "CPU_ONLY", "CPU_GPU", "CPU_ASYNC_GPU", "CPU_CACHED_GPU",
@@ -583,6 +590,9 @@ def main():
             for io_size in ([MIB] if quick else [64 * 1024, MIB]):
                 for random in ([False] if quick else [False, True]):
                     write_then_read(path, xfer, io_size, random)
+        for xfer in ([0] if quick else [0, 5, 6, 7]):  # -m: pinned and pageable host buffers
+            for memory in (2, 3):
+                write_then_read(path, xfer, MIB, False, ("-m", memory))
         io_size_ranges(path, [0, 2] if quick else list(LABELS))
         job_files(tmp)
         if quick:

@@ -1,0 +1,187 @@
+"""What the bench/ harnesses share (side_by_side.py, callers.py): running a measuring program with
+a log, reading the lines of gpufile_compare and `gpufile bench --json`, the page cache (warm,
+drop), the data file, and which libcufile a process runs on."""
+import ctypes
+import json
+import os
+import re
+import resource
+import subprocess
+import sys
+
+GIB = 1 << 30
+MIB = 1 << 20
+KIB = 1 << 10
+
+
+def human(n):
+    for unit, size in (("G", GIB), ("M", MIB), ("K", KIB)):
+        if n >= size and n % size == 0:
+            return f"{n // size}{unit}"
+    return str(n)
+
+
+def cpu_seconds():
+    u = resource.getrusage(resource.RUSAGE_SELF)
+    return u.ru_utime + u.ru_stime
+
+
+class Shell:
+    """Runs the measuring programs, each command and its output in one log file."""
+
+    def __init__(self, log_path):
+        self.log = open(log_path, "w")
+
+    def say(self, text):
+        print(text, flush=True)
+        self.log.write(text + "\n")
+        self.log.flush()
+
+    def run(self, cmd, env=None, timeout=600):
+        full_env = dict(os.environ, **(env or {}))
+        shown = " ".join(f"{k}={v}" for k, v in (env or {}).items())
+        try:
+            p = subprocess.run(cmd, capture_output=True, text=True, env=full_env, timeout=timeout)
+        except subprocess.TimeoutExpired:  # a hung point is a failed point, not a dead run
+            p = subprocess.CompletedProcess(cmd, 124, "", f"timed out after {timeout} s")
+        self.log.write(f"$ {shown + ' ' if shown else ''}{' '.join(cmd)}\n{p.stdout}{p.stderr}\n")
+        self.log.flush()
+        return p
+
+
+def failure(p):
+    """The error of a run that gave no result: our tools' first message (a usage text may
+    follow it), else the last line (a Python traceback ends with its error)."""
+    text = (p.stderr.strip() or p.stdout.strip() or f"exit {p.returncode}").splitlines()
+    ours = [l for l in text if l.startswith("gpufile")]
+    return {"error": (ours or text[-1:])[0][:200]}
+
+
+# gpufile_compare: "<mode> <GiB> GiB <s> s <GiB/s> GiB/s cpu <c> s/GiB (note)"
+COMPARE_LINE = re.compile(
+    r"^(\S+)\s+([\d.]+) GiB\s+([\d.]+) s\s+([\d.]+) GiB/s cpu\s+([\d.]+) s/GiB ?(.*)$")
+PERCENTILES = re.compile(r"p50 ([\d.]+) us p99 ([\d.]+) us")
+
+
+def parse_compare(p):
+    """{bytes, secs, cpu, note} of a gpufile_compare run (and p50_us, p99_us where it has them),
+    or {error}."""
+    lines = p.stdout.strip().splitlines()
+    m = COMPARE_LINE.match(lines[-1]) if p.returncode == 0 and lines else None
+    if not m:
+        return failure(p)
+    gib, secs, cpu_per = float(m.group(2)), float(m.group(3)), float(m.group(5))
+    res = {"bytes": int(gib * GIB), "secs": secs, "cpu": cpu_per * gib, "note": m.group(6)}
+    q = PERCENTILES.search(m.group(6))
+    if q:
+        res.update(p50_us=float(q.group(1)), p99_us=float(q.group(2)))
+    return res
+
+
+def parse_bench(p):
+    """{bytes, secs, cpu, ops, p50_us, p99_us, max_us} of a `gpufile bench --json` run, or {error}."""
+    js = [l for l in p.stdout.splitlines() if l.startswith("{")]
+    if p.returncode != 0 or not js:
+        return failure(p)
+    j = json.loads(js[-1])
+    done = j["dataset_done_kib"] * KIB
+    return {"bytes": done, "secs": j["total_time_s"], "cpu": j["cpu_s_per_gib"] * done / GIB,
+            "ops": j["ops"], "p50_us": j["p50_latency_us"], "p99_us": j["p99_latency_us"],
+            "max_us": j["max_latency_us"]}
+
+
+def run_worker(shell, script, spec, env=None):
+    """Runs `script worker JSON` in a fresh process; its result is the line "RESULT {json}"."""
+    p = shell.run([sys.executable, os.path.abspath(script), "worker", json.dumps(spec)], env)
+    for line in p.stdout.splitlines():
+        if line.startswith("RESULT "):
+            return json.loads(line[7:])
+    return failure(p)
+
+
+def drop_caches():
+    os.sync()
+    with open("/proc/sys/vm/drop_caches", "w") as f:
+        f.write("3\n")
+
+
+def warm(path, times=1):
+    """Reads the file through the page cache. The second read of fresh pages costs more than
+    later ones (the kernel moves them to its active list then), so callers read twice or more
+    before a measurement and every measurement finds the pages in the same state."""
+    for _ in range(times):
+        with open(path, "rb") as f:
+            while f.read(64 * MIB):
+                pass
+
+
+def make_random_file(path, size):
+    """`size` bytes from /dev/urandom, written in 16 MiB pieces and synced."""
+    with open("/dev/urandom", "rb") as src, open(path, "wb") as dst:
+        for done in range(0, size, 16 * MIB):
+            dst.write(src.read(min(16 * MIB, size - done)))
+    os.sync()
+
+
+class DriverArray:
+    """GPU memory straight from the CUDA driver (cuMemAlloc through ctypes), which KvikIO and
+    the like take through __cuda_array_interface__: a worker then needs neither torch nor CuPy,
+    and runs on the CUDA test double too."""
+
+    def __init__(self, nbytes):
+        cu = ctypes.CDLL(os.environ.get("GPUFILE_CUDA_LIBRARY") or "libcuda.so.1")
+        ctx, ptr = ctypes.c_void_p(), ctypes.c_uint64()
+        if (cu.cuInit(0) or cu.cuDevicePrimaryCtxRetain(ctypes.byref(ctx), 0) or
+                cu.cuCtxSetCurrent(ctx) or cu.cuMemAlloc_v2(ctypes.byref(ptr), ctypes.c_size_t(nbytes))):
+            raise RuntimeError(f"the CUDA driver did not allocate {nbytes} bytes")
+        self.cu = cu
+        self.__cuda_array_interface__ = {"shape": (nbytes,), "typestr": "|u1",
+                                         "data": (ptr.value, False), "version": 3}
+
+    def synchronize(self):
+        self.cu.cuCtxSynchronize()
+
+
+# ---- which libcufile a process runs on -------------------------------------------------------
+
+def mapped_libcufile():
+    """The files named libcufile* that this process has mapped."""
+    with open("/proc/self/maps") as f:
+        paths = {line.split()[-1] for line in f if "libcufile" in line and "/" in line}
+    return sorted(paths)
+
+
+class _OpCounter(ctypes.Structure):
+    _fields_ = [("ok", ctypes.c_uint64), ("err", ctypes.c_uint64)]
+
+
+class StatsL1(ctypes.Structure):
+    """The head of CUfileStatsLevel1_t (512 bytes): op counters, then the byte counts."""
+    _fields_ = [("read_ops", _OpCounter), ("write_ops", _OpCounter),
+                ("hdl_register_ops", _OpCounter), ("hdl_deregister_ops", _OpCounter),
+                ("buf_register_ops", _OpCounter), ("buf_deregister_ops", _OpCounter),
+                ("read_bytes", ctypes.c_uint64), ("write_bytes", ctypes.c_uint64),
+                ("rest", ctypes.c_uint8 * (512 - 112))]
+
+
+def loaded_cufile():
+    """The libcufile.so.0 this process already runs on (as a client's dlopen finds it by its
+    soname), or None."""
+    try:
+        return ctypes.CDLL("libcufile.so.0", mode=os.RTLD_NOLOAD | os.RTLD_LAZY)
+    except OSError:
+        return None
+
+
+def cufile_stats_on(lib):
+    """Level-1 statistics from now on (cuFileSetStatsLevel); False where the library refuses."""
+    return lib is not None and lib.cuFileSetStatsLevel(ctypes.c_int(1)) == 0
+
+
+def cufile_read_stats(lib):
+    """(read calls that succeeded, bytes read) so far, from cuFileGetStatsL1; None on failure."""
+    s = StatsL1()
+    lib.cuFileGetStatsL1.restype = ctypes.c_int  # CUfileError_t's first field: the error code
+    if lib.cuFileGetStatsL1(ctypes.byref(s)) != 0:
+        return None
+    return s.read_ops.ok, s.read_bytes
