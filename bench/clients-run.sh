@@ -1,286 +1,528 @@
 #!/usr/bin/env bash
-# The real GPUDirect Storage clients, run against gpufile's libcufile.so.0 on the GPU machine
-# (issue 10): KvikIO's own tests and its speed, fio's libcufile engine with verify jobs,
-# torch.cuda.gds, fastsafetensors in GDS mode. Each client's result next to its own non-GDS path;
-# the table goes to $OUT/clients/clients.md (docs/compatibility.md, "Programs that run on gpufile").
+# The real GPUDirect Storage clients, run unchanged against gpufile's libcufile.so.0 on the GPU
+# machine (issue 10): their own tests, passed/failed, and their speed on gpufile next to their
+# own non-GDS path. The table is docs/compatibility.md's "Programs that run on gpufile".
 #
-# Here, on Debian 12 (the GPU machine has no network), once:
-#   cmake -S . -B build/gpu -G Ninja -DCMAKE_BUILD_TYPE=Release && cmake --build build/gpu
-#   python3 -m pip download --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
-#     --platform manylinux_2_28_x86_64 --platform manylinux_2_27_x86_64 --platform manylinux_2_24_x86_64 \
-#     --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 -d .whl \
-#     "kvikio-cu13==26.10.*" "libkvikio-cu13==26.10.*" "rapids-logger==0.3.*" fastsafetensors==0.5.0
-#   # the clients' sources, never committed (.peers is ignored): with the session's fetch tool,
-#   # github:rapidsai/kvikio and github:axboe/fio, then from their mirrors
-#   git --git-dir=<kvikio mirror> archive v26.10.00a python/kvikio/tests | tar -x -C .peers/kvikio-tests --strip-components=3
-#   git --git-dir=<fio mirror> archive fio-3.42 | tar -x -C .peers/fio && rm -rf .peers/fio/examples
-# There (the device tool carries build/gpu, .whl and .peers), from the repository root:
-#   bash bench/clients-run.sh [kvikio,kvikio-speed,fio,torch,fastsafetensors]   # about 6 minutes
+# Clients (--only takes any of these names; all by default, in this order), with the time each
+# is expected to take on the H100 machine (from the earlier run of its parts) and its limit:
+#   kvikio           KvikIO 26.10's own pytest files for local files (test_basic_io,
+#                    test_async_io, test_cufile_driver, test_numpy, test_defaults, test_mmap),
+#                    KVIKIO_COMPAT_MODE=OFF; then one raw cuFile read through KvikIO to show
+#                    which library served it (pytest: 18 s)                ~0.5 min, limit 300 s
+#   kvikio-speed     KvikIO CuFile.read of a warm 4 GiB file over gpufile against its own
+#                    POSIX path, default settings and KVIKIO_NTHREADS=16     ~1 min, limit 150 s
+#   fio              fio 3.42 built here with --enable-libcufile against include/cufile.h and
+#                    gpufile's library; write + verify jobs (md5, crc32c, sha256; bs 1m and
+#                    4k; 4 jobs) with cuda_io=cufile; the md5 job and sequential reads with
+#                    cuda_io=posix too (fio's own non-GDS path)            ~1.5 min, limit 240 s
+#   torch            torch.cuda.gds: GdsFile save_storage / load_storage of 1 GiB, registered
+#                    and unregistered buffers, contents compared; against torch.save /
+#                    torch.load and a pinned read + copy; the same calls without gpufile
+#                    (control)                                               ~1 min, limit 150 s
+#   fastsafetensors  SafeTensorsFileLoader(nogds=False) of a 4 GiB bf16 checkpoint made with
+#                    torch here, tensors compared with safetensors' own loader; against
+#                    nogds=True                                            ~1.5 min, limit 240 s
+# All: about 5 minutes. --deadline (560 s by default) bounds the whole, so that it fits one
+# 10-minute device call: a client that cannot start in the time left gets a "not run" row that
+# says which --only command runs it. If a run is cut short, split it:
+#   --only kvikio,kvikio-speed    then    --only fio,torch,fastsafetensors
+#
+# Usage, on the GPU machine from the repository root (the device tool carries build/gpu, .whl
+# and .peers with the working tree):
+#   bash bench/clients-run.sh [--only LIST] [--build DIR] [--out DIR] [--deadline SECONDS]
+#   bash bench/clients-run.sh fio,torch          # a bare LIST is the same as --only LIST
+# --build: gpufile's build folder (build/gpu); --out: where results go ($OUT/clients, OUT
+# defaulting to /tmp/gpufile-out). Results: clients.md (the table, then each client's time),
+# <client>.log (all that the client printed), kvikio-pytest.log, fio-*.json / fio-*.err,
+# fio-configure.log / fio-build.log, *-gpufile.log (gpufile's own log of a client's processes,
+# at INFO: one "config:" line per cuFileDriverOpen that gpufile served).
+#
+# How each client is made to use gpufile: every client process gets LD_PRELOAD=<build>/src/
+# libcufile.so.0. KvikIO (libkvikio's shim: dlopen("libcufile.so.0"), after its wheel's loader
+# asked cuda.pathfinder for "cufile", which first looks for a loaded libcufile.so.0 with
+# RTLD_NOLOAD), fastsafetensors (dlopen("libcufile.so.0") in its cpp extension) and torch
+# (libtorch_cuda.so: NEEDED libcufile.so.0; the torch row records its RUNPATH) all ask for the
+# soname, which the dynamic linker answers with the loaded library of that soname. fio is
+# linked against gpufile's library with an RPATH (not RUNPATH: LD_LIBRARY_PATH cannot override
+# it) and runs without a preload. Each Python check reads /proc/self/maps and names every
+# libcufile it finds; each client's gpufile log shows that gpufile opened the driver. NVIDIA's
+# libcufile cannot register a file on the lent machines (5027: no udev), so a pass there cannot
+# be NVIDIA's.
+#
+# Here, without a GPU: --fake-cuda runs only fio, against the CUDA driver test double
+# (tests/support): fio is built against include/cufile.h and tests/support/include's cuda.h and
+# cuda_runtime.h (a header-only runtime over the driver API; an empty libcudart.so, made in
+# /tmp, satisfies configure's link test), and runs its verify jobs with the double as
+# libcuda.so.1. It checks the build and the verify jobs; its speeds mean nothing. It needs the
+# build's targets cufile and fakecuda:
+#   cmake --build build/gpu --target cufile fakecuda && bash bench/clients-run.sh --fake-cuda
+#
+# Filling .whl and .peers (once, on a machine with network; the GPU machine has none). Both are
+# git-ignored: never commit them. The device tool carries them with the tree (64 MiB in all):
+# .whl is 6.6 MiB, .peers/fio 5.6 MiB, .peers/kvikio-tests 0.1 MiB.
+#   1. gpufile: cmake -S . -B build/gpu -G Ninja -DCMAKE_BUILD_TYPE=Release &&
+#        cmake --build build/gpu
+#   2. wheels, with their Requires-Dist checked against the machine: it has cupy-cuda13x, numpy,
+#      packaging, pytest, torch, safetensors, cuda-bindings (with cuda-pathfinder) and
+#      nvidia-cufile; fastsafetensors never imports its typer:
+#        python3 -m pip download --no-deps --only-binary=:all: --python-version 3.12 \
+#          --implementation cp --platform manylinux_2_28_x86_64 --platform manylinux_2_27_x86_64 \
+#          --platform manylinux_2_24_x86_64 --platform manylinux_2_17_x86_64 \
+#          --platform manylinux2014_x86_64 -d .whl "kvikio-cu13==26.10.*" \
+#          "libkvikio-cu13==26.10.*" "rapids-logger==0.3.*" fastsafetensors==0.5.0
+#   3. KvikIO's tests: the session's fetch tool, `fetch github:rapidsai/kvikio`, answers with a
+#      bare git directory (/work/.mirror/rapidsai+kvikio/repo); from it
+#        mkdir -p .peers/kvikio-tests && git --git-dir=/work/.mirror/rapidsai+kvikio/repo \
+#          archive v26.10.00a python/kvikio/tests | tar -x -C .peers/kvikio-tests \
+#          --strip-components=3
+#      (the snapshot's newest 26.10 ref is the tag v26.10.00a; its tests equal those of the
+#      snapshot's newest commit, on main, of 2026-07-23)
+#   4. fio: `fetch github:axboe/fio` (/work/.mirror/axboe+fio/repo); then
+#        mkdir -p .peers/fio && git --git-dir=/work/.mirror/axboe+fio/repo archive fio-3.42 |
+#          tar -x -C .peers/fio && rm -rf .peers/fio/examples
 set -uo pipefail
-B=${B:-build/gpu}
-ONLY=${1:-kvikio,kvikio-speed,fio,torch,fastsafetensors}
-OUT=${OUT:-/tmp/gpufile-out}/clients
-mkdir -p "$OUT"
-REPO=$PWD
-LIB=$REPO/$B/src/libcufile.so.0
-DATA=/root/gpufile-clients
-mkdir -p "$DATA"
-TABLE=$OUT/clients.md
-unset GPUFILE_CUDA_LIBRARY
-export PYTHONUNBUFFERED=1
-[ -f "$LIB" ] || { echo "no $LIB: build first"; exit 2; }
-if [ ! -d /tmp/site/kvikio ]; then
-  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site \
-    .whl/kvikio_cu13-*.whl .whl/libkvikio_cu13-*.whl .whl/rapids_logger-*.whl \
-    .whl/fastsafetensors-*.whl >"$OUT/pip.log" 2>&1 || { echo "wheel install failed"; cat "$OUT/pip.log"; }
-fi
-export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH}
-echo "| client | what ran | result | on gpufile | its own non-GDS path |" >"$TABLE"
-echo "|---|---|---|---|---|" >>"$TABLE"
-row() { echo "| $1 | $2 | $3 | $4 | $5 |" | tee -a "$TABLE"; }
-wants() { [[ ",$ONLY," == *",$1,"* ]]; }
-# gpufile's libcufile.so.0 first in every process: clients that dlopen("libcufile.so.0") or link
-# it get the already loaded one. Each Python check also reads /proc/self/maps to be sure.
-with_gpufile() { LD_PRELOAD=$LIB "$@"; }
 
-# A warm 4 GiB file for the speed rows.
-BIG=$DATA/big.bin
-big_file() {
-  [ -f "$BIG" ] || dd if=/dev/urandom of="$BIG" bs=16M count=256 status=none
-  cat "$BIG" >/dev/null; cat "$BIG" >/dev/null
+CLIENTS=(kvikio kvikio-speed fio torch fastsafetensors)
+declare -A LIMIT=([kvikio]=300 [kvikio-speed]=150 [fio]=240 [torch]=150 [fastsafetensors]=240)
+ONLY=$(IFS=,; echo "${CLIENTS[*]}")
+B=build/gpu
+DIR=${OUT:-/tmp/gpufile-out}/clients
+DEADLINE=560
+FAKE=0
+CHILD=""
+SELF=$(readlink -f "${BASH_SOURCE[0]}")
+while [ $# -gt 0 ]; do
+  case $1 in
+    --only) ONLY=${2:?--only LIST}; shift 2 ;;
+    --only=*) ONLY=${1#*=}; shift ;;
+    --build) B=${2:?--build DIR}; shift 2 ;;
+    --build=*) B=${1#*=}; shift ;;
+    --out) DIR=${2:?--out DIR}; shift 2 ;;
+    --out=*) DIR=${1#*=}; shift ;;
+    --deadline) DEADLINE=${2:?--deadline SECONDS}; shift 2 ;;
+    --deadline=*) DEADLINE=${1#*=}; shift ;;
+    --fake-cuda) FAKE=1; shift ;;
+    --child) CHILD=${2:?}; shift 2 ;;  # internal: one client, in a process of its own
+    -h|--help) sed -n '2,/^set -uo/{/^set -uo/d;s/^# \{0,1\}//;p}' "$SELF"; exit 0 ;;
+    -*) echo "unknown option $1 (--help)" >&2; exit 2 ;;
+    *) ONLY=$1; shift ;;
+  esac
+done
+for c in ${ONLY//,/ }; do
+  [[ " ${CLIENTS[*]} " == *" $c "* ]] ||
+    { echo "unknown client $c (known: ${CLIENTS[*]})" >&2; exit 2; }
+done
+REPO=$PWD
+[[ $B == /* ]] || B=$REPO/$B
+[[ $DIR == /* ]] || DIR=$REPO/$DIR
+LIB=$B/src/libcufile.so.0
+TABLE=$DIR/clients.md
+PROBE=$REPO/bench/clients.py                  # the checks run inside the clients' processes
+WORK=/tmp/gpufile-clients-work                # wheels, a shim, fio's build
+DATA=/root/gpufile-clients                    # the clients' files (64 GiB disk; ~15 GiB used)
+FAKEDIR=$B/tests/support/fakecuda
+if [ "$FAKE" = 1 ]; then
+  DATA=/tmp/gpufile-clients-fake
+  export GPUFILE_CUDA_LIBRARY=$FAKEDIR/libcuda.so.1
+else
+  unset GPUFILE_CUDA_LIBRARY
+fi
+export PYTHONUNBUFFERED=1
+export PYTHONPATH=$WORK/site${PYTHONPATH:+:$PYTHONPATH}
+
+# ---- helpers ------------------------------------------------------------------------------------
+# One row of the table: client | what ran | passed / failed | speed on gpufile | its own non-GDS
+# path | notes. A client's process marks that it wrote its row.
+row() {
+  local cells=("${@//|//}")  # a | inside a cell would split it
+  echo "| ${cells[0]-} | ${cells[1]-} | ${cells[2]-} | ${cells[3]-} | ${cells[4]-} |" \
+    "${cells[5]-} |" | tee -a "$TABLE"
+  [ -z "$CHILD" ] || touch "$DIR/.row-$CHILD"
+}
+# A step's own time limit inside a client (each client as a whole has its own, LIMIT):
+# "${T[@]}" SECONDS COMMAND. --foreground keeps the step in the client's process group, which
+# the client's limit kills whole.
+T=(timeout --foreground -k 5)
+# with_gpufile LOG COMMAND: gpufile's library first in the process, its log at INFO to LOG.
+with_gpufile() {
+  local log=$1; shift
+  env LD_PRELOAD="$LIB" GPUFILE_LOG_LEVEL=INFO GPUFILE_LOG_FILE="$log" "$@"
+}
+# How many times gpufile opened the driver, from its log (a "config:" line at each open).
+open_count() { local n; n=$(grep -c 'config: file' "$1" 2>/dev/null); echo "${n:-0}"; }
+opens() { echo "driver opened by gpufile $(open_count "$1") times (its log)"; }
+# json FILE EXPR: EXPR (Python, on `j`; it may span lines) of the JSON object on FILE's last
+# line, or "?".
+json() {
+  python3 -c 'import json, sys
+try:
+    j = json.loads(open(sys.argv[1]).read().strip().splitlines()[-1])
+    print(eval("(" + sys.argv[2] + ")"))
+except Exception:
+    print("?")' "$1" "$2" 2>/dev/null
+}
+libs_note() {  # what a check of clients.py saw in /proc/self/maps
+  local n
+  n=$(json "$1" '("gpufile mapped" if j["gpufile_mapped"] else "GPUFILE NOT MAPPED")
+      + "".join("; also mapped: " + p for p in j["other_libcufile"])')
+  [ "$n" = "?" ] && n="no maps (the check did not finish)"
+  echo "$n"
+}
+version_of() {  # an installed distribution's version
+  python3 -c 'import sys; from importlib.metadata import version; print(version(sys.argv[1]))' \
+    "$1" 2>/dev/null || echo "?"
+}
+needs_gpu() {
+  [ "$FAKE" = 1 ] || return 0
+  row "$1" "-" "not run" "-" "-" "needs a GPU (--fake-cuda runs fio only)"
+  return 1
+}
+# The wheels from .whl, installed once per machine into $WORK/site (no network there).
+wheels() {
+  local pkg=$1; shift
+  [ -d "$WORK/site/$pkg" ] && return 0
+  mkdir -p "$WORK/site"
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir \
+    --target "$WORK/site" "$@" >>"$DIR/pip.log" 2>&1 && return 0
+  echo "pip install of $* failed:"; tail -5 "$DIR/pip.log"
+  return 1
+}
+kvikio_wheels() {
+  wheels kvikio .whl/kvikio_cu13-*.whl .whl/libkvikio_cu13-*.whl .whl/rapids_logger-*.whl
 }
 
 # ---- KvikIO: its own tests for local files ------------------------------------------------------
-kvikio_tests() {
-  local log=$OUT/kvikio-pytest.log
-  (cd .peers/kvikio-tests && KVIKIO_COMPAT_MODE=OFF with_gpufile timeout 420 python3 -m pytest -q -rs \
-     -p no:cacheprovider test_basic_io.py test_async_io.py test_cufile_driver.py test_numpy.py \
-     test_defaults.py test_mmap.py) >"$log" 2>&1
-  local rc=$? summary
-  summary=$(grep -E '[0-9]+ (passed|failed)' "$log" | tail -1)
-  local used
-  used=$(KVIKIO_COMPAT_MODE=OFF with_gpufile python3 - "$LIB" <<'EOF' 2>&1 | tail -1
-import sys, cupy, kvikio, kvikio.defaults
-lib = sys.argv[1]
-a = cupy.arange(1 << 20, dtype=cupy.uint8)
-with kvikio.CuFile("/root/gpufile-clients/k.bin", "w") as f:
-    f.write(a)
-b = cupy.empty_like(a)
-with kvikio.CuFile("/root/gpufile-clients/k.bin", "r") as f:
-    f.read(b)
-maps = open("/proc/self/maps").read()
-ours = lib in maps
-theirs = any("libcufile" in l and lib not in l for l in maps.splitlines())
-print(f"compat preferred {kvikio.defaults.is_compat_mode_preferred()}, gpufile mapped {ours}, "
-      f"another libcufile mapped {theirs}, data ok {bool((a == b).all())}")
-EOF
-)
-  row "KvikIO 26.10 (Python)" "its tests for local files (test_basic_io, test_async_io, test_cufile_driver, test_numpy, test_defaults, test_mmap), KVIKIO_COMPAT_MODE=OFF" \
-    "exit $rc: $summary" "$used" "-"
-  grep -E '^(FAILED|ERROR)' "$log" | head -20
-}
-
-# ---- KvikIO's speed over gpufile against its own POSIX path ---------------------------------------
-kvikio_speed() {
-  big_file
-  local probe=$OUT/kvikio_read.py
-  cat >"$probe" <<'EOF'
-import json, os, resource, sys, time
-import cupy, kvikio, kvikio.defaults
-path = sys.argv[1]
-n = os.path.getsize(path)
-a = cupy.empty(n, dtype=cupy.uint8)
-def cpu():
-    r = resource.getrusage(resource.RUSAGE_SELF)
-    return r.ru_utime + r.ru_stime
-def once():
-    t0, c0 = time.perf_counter(), cpu()
-    with kvikio.CuFile(path, "r") as f:
-        got = f.read(a)
-    dt = time.perf_counter() - t0
-    assert got == n, got
-    return n / dt / 2**30, (cpu() - c0) / (n / 2**30)
-first = once()
-steady = max((once() for _ in range(3)), key=lambda r: r[0])
-print(json.dumps({"first": first, "steady": steady, "threads": kvikio.defaults.get("num_threads"),
-                  "compat": str(kvikio.defaults.get("compat_mode"))}))
-EOF
-  local name env res
-  for spec in "gpufile, default settings|KVIKIO_COMPAT_MODE=OFF" \
-              "gpufile, KVIKIO_NTHREADS=16|KVIKIO_COMPAT_MODE=OFF KVIKIO_NTHREADS=16" \
-              "POSIX, default settings|KVIKIO_COMPAT_MODE=ON" \
-              "POSIX, KVIKIO_NTHREADS=16|KVIKIO_COMPAT_MODE=ON KVIKIO_NTHREADS=16"; do
-    name=${spec%%|*}; env=${spec#*|}
-    if [[ $name == gpufile* ]]; then
-      res=$(env $env LD_PRELOAD=$LIB timeout 120 python3 "$probe" "$BIG" 2>&1 | tail -1)
+client_kvikio() {
+  needs_gpu "KvikIO (Python)" || return
+  local tests=$REPO/.peers/kvikio-tests name="KvikIO (Python)"
+  local what="its pytest files for local files (test_basic_io, test_async_io,"
+  what+=" test_cufile_driver, test_numpy, test_defaults, test_mmap), KVIKIO_COMPAT_MODE=OFF"
+  [ -f "$tests/test_basic_io.py" ] || {
+    row "$name" "$what" "not run" "-" "-" "no .peers/kvikio-tests (the header says how to fill it)"
+    return; }
+  kvikio_wheels || { row "$name" "$what" "not run" "-" "-" "wheels missing from .whl"; return; }
+  name="KvikIO $(version_of kvikio-cu13) (Python)"
+  # cuda-python 13 dropped the module cuda.cuda; test_no_current_cuda_context imports it (and
+  # skips without it). An alias to cuda.bindings.driver, the same functions, lets it run.
+  local shim=$WORK/shim note_shim=""
+  if ! python3 -c 'import cuda.cuda' 2>/dev/null; then
+    mkdir -p "$shim/cuda"
+    echo 'from cuda.bindings.driver import *  # noqa: F401,F403  (cuda.cuda before cuda-python 13)' \
+      >"$shim/cuda/cuda.py"
+    if PYTHONPATH=$shim:$PYTHONPATH python3 -c 'import cuda.cuda as c; c.cuCtxPopCurrent' \
+        2>/dev/null; then
+      note_shim="; cuda.cuda (gone in cuda-python 13) aliased to cuda.bindings.driver, so that"
+      note_shim+=" test_no_current_cuda_context runs"
     else
-      res=$(env $env timeout 120 python3 "$probe" "$BIG" 2>&1 | tail -1)
+      rm -rf "$shim"
     fi
-    echo "kvikio read of a warm 4 GiB file, $name: $res" | tee -a "$OUT/kvikio-speed.log"
-  done
-  speed_of() {  # "first / steady GiB/s (CPU-s/GiB)" of one kvikio-speed.log line
-    grep -F "$1: {" "$OUT/kvikio-speed.log" | sed 's/^[^{]*//' | python3 -c 'import json,sys
-j = json.load(sys.stdin)
-print("first call %.1f / steady %.1f GiB/s (CPU-s/GiB %.2f / %.2f)" % (j["first"][0], j["steady"][0], j["first"][1], j["steady"][1]))' 2>/dev/null || echo "?"
-  }
-  row "KvikIO 26.10 (Python)" "CuFile.read of a warm 4 GiB file into CuPy, KVIKIO_NTHREADS=16 (first call in a fresh process, then the best of 3)" \
-    "-" "$(speed_of 'gpufile, KVIKIO_NTHREADS=16')" "$(speed_of 'POSIX, KVIKIO_NTHREADS=16')"
-  row "KvikIO 26.10 (Python)" "the same with KvikIO's default settings (one thread)" \
-    "-" "$(speed_of 'gpufile, default settings')" "$(speed_of 'POSIX, default settings')"
+  fi
+  local log=$DIR/kvikio-pytest.log glog=$DIR/kvikio-gpufile.log rc
+  rm -f "$glog"
+  (cd "$tests" && KVIKIO_COMPAT_MODE=OFF PYTHONDONTWRITEBYTECODE=1 PYTHONPATH=$shim:$PYTHONPATH \
+     with_gpufile "$glog" "${T[@]}" 270 python3 -m pytest -v -rfEs -p no:cacheprovider \
+     test_basic_io.py test_async_io.py test_cufile_driver.py test_numpy.py test_defaults.py \
+     test_mmap.py) >"$log" 2>&1
+  rc=$?
+  local pytest_opens report=$DIR/kvikio-pytest.json
+  pytest_opens=$(open_count "$glog")
+  echo "pytest exit $rc"; tail -30 "$log"
+  python3 "$PROBE" pytest-report --log "$log" --rc "$rc" >"$report"
+  local check=$DIR/kvikio-check.json used
+  mkdir -p "$DATA"
+  KVIKIO_COMPAT_MODE=OFF with_gpufile "$glog" "${T[@]}" 60 python3 "$PROBE" kvikio-check \
+    --lib "$LIB" --dir "$DATA" >"$check" 2>&1
+  tail -3 "$check"
+  used="driver opened by gpufile $pytest_opens times in the tests' processes (its log)."
+  used+=" One raw cuFile read through KvikIO after: data"
+  used+=" $(json "$check" '"ok" if j["data_ok"] else "WRONG"'), compat preferred"
+  used+=" $(json "$check" 'j["compat_preferred"]'), libcufile version"
+  used+=" $(json "$check" '".".join(map(str, j["libcufile_version"]))'), $(libs_note "$check")"
+  local notes
+  notes=$(json "$report" 'j["notes"] + ". " if j["notes"] else ""')
+  row "$name" "$what" "$(json "$report" 'j["result"]')" "speed: the kvikio-speed rows" "-" \
+    "$notes$used$note_shim"
 }
 
-# ---- fio's libcufile engine ------------------------------------------------------------------------
-fio_client() {
-  local src=.peers/fio fio=/tmp/fio-build/fio
-  if [ ! -x "$fio" ]; then
-    rm -rf /tmp/fio-build && cp -r "$src" /tmp/fio-build
-    (cd /tmp/fio-build &&
-      ./configure --enable-libcufile --extra-cflags="-I$REPO/include -I/usr/local/cuda/include" \
-        --extra-ldflags="-L$REPO/$B/src -L/usr/local/cuda/lib64 -L/usr/local/cuda/lib64/stubs -Wl,-rpath,$REPO/$B/src" \
-        >"$OUT/fio-configure.log" 2>&1 &&
-      grep -q 'libcufile.*yes' "$OUT/fio-configure.log" &&
-      make -j"$(nproc)" >"$OUT/fio-build.log" 2>&1) || { row "fio 3.42" "build with --enable-libcufile" "build failed (fio-configure.log, fio-build.log)" "-" "-"; tail -20 "$OUT/fio-build.log" "$OUT/fio-configure.log"; return; }
+# ---- KvikIO's speed over gpufile against its own POSIX path -------------------------------------
+BIG=$DATA/big.bin
+big_file() {  # a warm 4 GiB file
+  mkdir -p "$DATA"
+  [ "$(stat -c %s "$BIG" 2>/dev/null)" = $((4 << 30)) ] ||
+    dd if=/dev/urandom of="$BIG" bs=16M count=256 status=none
+  cat "$BIG" >/dev/null; cat "$BIG" >/dev/null
+}
+client_kvikio_speed() {
+  needs_gpu "KvikIO (Python)" || return
+  kvikio_wheels || {
+    row "KvikIO (Python)" "CuFile.read speed" "not run" "-" "-" "wheels missing from .whl"; return; }
+  big_file
+  local glog=$DIR/kvikio-speed-gpufile.log spec name envs out preload
+  rm -f "$glog"
+  for spec in "gpufile-1|KVIKIO_COMPAT_MODE=OFF" \
+              "gpufile-16|KVIKIO_COMPAT_MODE=OFF KVIKIO_NTHREADS=16" \
+              "posix-1|KVIKIO_COMPAT_MODE=ON" "posix-16|KVIKIO_COMPAT_MODE=ON KVIKIO_NTHREADS=16"; do
+    name=${spec%%|*}; envs=${spec#*|}; out=$DIR/kvikio-read-$name.json
+    preload=(); [[ $name == gpufile* ]] && preload=(with_gpufile "$glog")
+    "${preload[@]}" env $envs "${T[@]}" 100 python3 "$PROBE" kvikio-read --lib "$LIB" \
+      --file "$BIG" >"$out" 2>&1
+    echo "$name ($envs): $(tail -1 "$out")"
+  done
+  speed() {  # "first call X / steady Y GiB/s (CPU-s/GiB a / b)"
+    json "$DIR/kvikio-read-$1.json" '"first call %.1f / steady %.1f GiB/s (CPU-s/GiB %.2f / %.2f)"
+      % (j["first"][0], j["steady"][0], j["first"][1], j["steady"][1])'
+  }
+  local name="KvikIO $(version_of kvikio-cu13) (Python)" g16=$DIR/kvikio-read-gpufile-16.json
+  local note="warm page cache; first call in a fresh process, then the best of 3;"
+  note+=" $(libs_note "$g16"), compat preferred $(json "$g16" 'j["compat_preferred"]') on"
+  note+=" gpufile; $(opens "$glog")"
+  row "$name" "CuFile.read of a 4 GiB file into CuPy, KVIKIO_NTHREADS=16" "-" \
+    "$(speed gpufile-16)" "POSIX (KVIKIO_COMPAT_MODE=ON): $(speed posix-16)" "$note"
+  row "$name" "the same with KvikIO's default settings"\
+" ($(json "$DIR/kvikio-read-gpufile-1.json" 'j["threads"]') thread)" "-" \
+    "$(speed gpufile-1)" "POSIX: $(speed posix-1)" "-"
+}
+
+# ---- fio's libcufile engine ---------------------------------------------------------------------
+client_fio() {
+  local what="fio, ioengine=libcufile"
+  [ -x "$REPO/.peers/fio/configure" ] || {
+    row "fio" "$what" "not run" "-" "-" "no .peers/fio (the header says how to fill it)"; return; }
+  # Our header and library first; CUDA's runtime from the toolkit (or, with --fake-cuda, the
+  # test double's header-only runtime and an empty libcudart.so for configure's link test).
+  local cflags ldflags src=$WORK/fio-build cuda=/usr/local/cuda
+  ldflags="-L$B/src -Wl,--disable-new-dtags -Wl,-rpath,$B/src"
+  if [ "$FAKE" = 1 ]; then
+    src=$WORK/fio-build-fake
+    mkdir -p "$WORK/stub"
+    echo 'int gpufile_clients_empty_cudart;' >"$WORK/stub/cudart.c"
+    ${CC:-cc} -shared -fPIC -o "$WORK/stub/libcudart.so" "$WORK/stub/cudart.c"
+    cflags="-I$REPO/include -I$REPO/tests/support/include"
+    ldflags+=" -L$FAKEDIR -L$WORK/stub -Wl,-rpath,$FAKEDIR"
+  else
+    cflags="-I$REPO/include -I$cuda/include"
+    ldflags+=" -L$cuda/lib64 -L$cuda/lib64/stubs -Wl,-rpath,$cuda/lib64"
   fi
-  ldd "$fio" | grep -E 'cufile|cudart' | tee "$OUT/fio-ldd.log"
-  local ok=0 failed=0 v bs
-  local common=(--ioengine=libcufile --gpu_dev_ids=0 --direct=1 --thread --directory="$DATA"
+  local fio=$src/fio
+  if [ "$(cat "$src/.gpufile-flags" 2>/dev/null)" != "$cflags $ldflags" ] || [ ! -x "$fio" ]; then
+    rm -rf "$src" && mkdir -p "$WORK" && cp -r "$REPO/.peers/fio" "$src"
+    if ! (cd "$src" &&
+          ./configure --enable-libcufile --extra-cflags="$cflags" --extra-ldflags="$ldflags" \
+            >"$DIR/fio-configure.log" 2>&1 &&
+          grep -qE '^libcufile +yes' "$DIR/fio-configure.log" &&
+          "${T[@]}" 200 make -j"$(nproc)" fio >"$DIR/fio-build.log" 2>&1); then
+      tail -20 "$DIR/fio-configure.log" "$DIR/fio-build.log" 2>/dev/null
+      row "fio" "$what: build with --enable-libcufile" "build FAILED" "-" "-" \
+        "fio-configure.log, fio-build.log"
+      return
+    fi
+    echo "$cflags $ldflags" >"$src/.gpufile-flags"
+  fi
+  local header linked ours=yes
+  header=$(echo '#include <cufile.h>' | ${CC:-cc} $cflags -E -x c - 2>/dev/null |
+    grep -m1 -o '"[^"]*cufile\.h"' | tr -d '"')
+  linked=$(ldd "$fio" | awk '/libcufile/ {print $3}')
+  ldd "$fio" | tee "$DIR/fio-ldd.log"
+  echo "cufile.h: $header; libcufile: $linked"
+  [ -n "$linked" ] && [ "$(readlink -f "$linked")" = "$(readlink -f "$LIB")" ] || ours=no
+  local glog=$DIR/fio-gpufile.log
+  rm -f "$glog"
+  mkdir -p "$DATA"
+  export GPUFILE_LOG_LEVEL=INFO GPUFILE_LOG_FILE=$glog
+  local common=(--ioengine=libcufile --gpu_dev_ids=0 --thread --directory="$DATA"
                 --group_reporting --output-format=json)
+  report() {  # NAME FIELD [RC [verify]]: FIELD of clients.py fio-report on fio-NAME.json
+    python3 "$PROBE" fio-report --file "$DIR/fio-$1.json" --rc "${3:-0}" ${4:+--verify} |
+      python3 -c 'import json, sys
+r = json.load(sys.stdin)
+ok = sys.argv[1] == "verdict" or r["verdict"] == "ok"
+print("%.2f GiB/s" % r[sys.argv[1]] if ok and sys.argv[1] != "verdict" else r["verdict"])' "$2"
+  }
+  # Write + verify: each job writes its file through cuFileWrite and reads it back through
+  # cuFileRead into GPU memory, checking every block's checksum. The md5 job at bs 1m runs on
+  # fio's own path too (cuda_io=posix: cudaMemcpy to host memory and pwrite; pread and
+  # cudaMemcpy), for its write bandwidth next to gpufile's.
+  local big=256m small=32m
+  [ "$FAKE" = 1 ] && big=64m small=8m
+  verify_job() {  # CUDA_IO CHECKSUM BS SIZE: prints "ok" or what went wrong
+    local name=verify-$2-$3 rc
+    [ "$1" = posix ] && name+=-posix
+    "${T[@]}" 150 "$fio" --name="$name" "${common[@]}" --cuda_io="$1" --direct=1 --rw=write \
+      --bs="$3" --size="$4" --numjobs=4 --verify="$2" --do_verify=1 --verify_state_save=0 \
+      >"$DIR/fio-$name.json" 2>"$DIR/fio-$name.err"
+    rc=$?
+    rm -f "$DATA/$name".*
+    report "$name" verdict "$rc" verify
+  }
+  local ok=0 failed=0 failures="" v bs verdict
   for v in md5 crc32c sha256; do
     for bs in 1m 4k; do
-      local size=256m; [ "$bs" = 4k ] && size=32m
-      if timeout 180 "$fio" --name="verify-$v-$bs" "${common[@]}" --cuda_io=cufile --rw=write \
-           --bs=$bs --size=$size --numjobs=4 --verify=$v --do_verify=1 \
-           >"$OUT/fio-verify-$v-$bs.json" 2>"$OUT/fio-verify-$v-$bs.err" &&
-         python3 -c 'import json,sys; j=json.load(open(sys.argv[1])); sys.exit(any(x["error"] for x in j["jobs"]))' \
-           "$OUT/fio-verify-$v-$bs.json"; then
-        ok=$((ok + 1))
-      else
-        failed=$((failed + 1)); echo "fio verify $v bs=$bs failed:"; tail -5 "$OUT/fio-verify-$v-$bs.err"
+      verdict=$(verify_job cufile "$v" "$bs" "$([ "$bs" = 4k ] && echo $small || echo $big)")
+      echo "verify $v bs=$bs, 4 jobs, cuda_io=cufile: $verdict"
+      if [ "$verdict" = ok ]; then ok=$((ok + 1)); else
+        failed=$((failed + 1)); failures+="; $v/$bs: $verdict"; tail -3 "$DIR/fio-verify-$v-$bs.err"
       fi
     done
   done
-  # Sequential reads, 4 jobs x 1 GiB, warm page cache: the cuFile path (direct=1, as the
-  # engine demands; gpufile serves cached data from the page cache all the same) against fio's
-  # own posix path (cuda_io=posix: buffered reads into pinned host memory, then cudaMemcpy).
-  local bw_cufile bw_posix
-  bw_of() { python3 -c 'import json,sys; j=json.load(open(sys.argv[1])); print("%.2f" % (j["jobs"][0]["read"]["bw_bytes"] / 2**30))' "$1"; }
-  local read=(--name=seqread --ioengine=libcufile --gpu_dev_ids=0 --thread --directory="$DATA"
-              --group_reporting --output-format=json --rw=read --bs=1m --size=1g --numjobs=4
-              --invalidate=0)  # fio drops the files' pages before each run by default
-  timeout 180 "$fio" "${read[@]}" --cuda_io=posix --direct=0 >"$OUT/fio-read-layout.json" 2>&1
+  local posix_verdict
+  posix_verdict=$(verify_job posix md5 1m $big)
+  echo "verify md5 bs=1m, 4 jobs, cuda_io=posix: $posix_verdict"
+  # Sequential reads of 4 files, bs 1m, warm page cache (invalidate=0: fio drops the files'
+  # pages before a run by default): the cuFile path (direct=1, as a GDS job is set up; gpufile
+  # reads cached data from the page cache all the same) against fio's own posix path
+  # (cuda_io=posix: buffered reads into host memory, then cudaMemcpy).
+  local rsize=1g
+  [ "$FAKE" = 1 ] && rsize=128m
+  local read=(--name=seqread "${common[@]}" --rw=read --bs=1m --size=$rsize --numjobs=4
+              --invalidate=0)
+  "${T[@]}" 60 "$fio" "${read[@]}" --cuda_io=posix --direct=0 >"$DIR/fio-read-layout.json" 2>&1
   cat "$DATA"/seqread.* >/dev/null; cat "$DATA"/seqread.* >/dev/null
-  timeout 180 "$fio" "${read[@]}" --cuda_io=posix --direct=0 >"$OUT/fio-read-posix.json" 2>&1
-  timeout 180 "$fio" "${read[@]}" --cuda_io=cufile --direct=1 >"$OUT/fio-read-cufile.json" 2>&1
-  bw_cufile=$(bw_of "$OUT/fio-read-cufile.json" 2>/dev/null || echo "?")
-  bw_posix=$(bw_of "$OUT/fio-read-posix.json" 2>/dev/null || echo "?")
-  row "fio 3.42" "libcufile engine, cuda_io=cufile, direct=1, 4 jobs: write + verify (md5, crc32c, sha256; bs 1m and 4k)" \
-    "$ok passed, $failed failed" "4 jobs x 1 GiB sequential reads, bs 1m, warm page cache: $bw_cufile GiB/s" "cuda_io=posix (buffered): $bw_posix GiB/s"
+  "${T[@]}" 60 "$fio" "${read[@]}" --cuda_io=posix --direct=0 >"$DIR/fio-read-posix.json" 2>&1
+  "${T[@]}" 60 "$fio" "${read[@]}" --cuda_io=cufile --direct=1 >"$DIR/fio-read-cufile.json" 2>&1
+  unset GPUFILE_LOG_LEVEL GPUFILE_LOG_FILE
+  rm -f "$DATA"/seqread.*
+  local result="$ok passed, $failed failed" note
+  [ $ours = yes ] && [ "$(open_count "$glog")" -gt 0 ] || result+=", NOT through gpufile (notes)"
+  note="cufile.h: ${header#"$REPO"/}; ldd: libcufile.so.0 => ${linked#"$REPO"/}"
+  [ $ours = yes ] || note+=" (NOT gpufile's)"
+  note+="; $(opens "$glog")$failures"
+  [ "$FAKE" = 1 ] && note="CUDA test double (--fake-cuda): speeds mean nothing; $note"
+  row "fio $(cd "$src" && ./fio --version 2>/dev/null | sed 's/^fio-//')" \
+    "libcufile engine, cuda_io=cufile, direct=1: write + verify with md5, crc32c, sha256 at bs 1m ($big x 4 jobs) and 4k ($small x 4 jobs); 4 jobs x $rsize sequential reads, bs 1m" \
+    "$result" \
+    "reads (warm page cache): $(report read-cufile read_gib_s); writes (md5 1m job): $(report verify-md5-1m write_gib_s)" \
+    "cuda_io=posix: reads (buffered): $(report read-posix read_gib_s); writes (md5 1m job, direct=1): $(report verify-md5-1m-posix write_gib_s), its verify $posix_verdict" \
+    "$note"
 }
 
-# ---- torch.cuda.gds --------------------------------------------------------------------------------
-torch_client() {
-  local res
-  res=$(with_gpufile timeout 300 python3 - "$LIB" <<'EOF' 2>&1 | tail -1
-import os, sys, time
-import torch
-from torch.cuda.gds import GdsFile, gds_register_buffer, gds_deregister_buffer
-lib = sys.argv[1]
-path = "/root/gpufile-clients/torch_gds.bin"
-n = 1 << 30
-src = torch.randint(0, 255, (n,), dtype=torch.uint8, device="cuda")
-f = GdsFile(path, os.O_CREAT | os.O_RDWR)
-f.save_storage(src.untyped_storage(), offset=0)
-checks = []
-def load(t, registered):
-    if registered:
-        gds_register_buffer(t.untyped_storage())
-    t0 = time.perf_counter()
-    f.load_storage(t.untyped_storage(), offset=0)
-    torch.cuda.synchronize()
-    dt = time.perf_counter() - t0
-    if registered:
-        gds_deregister_buffer(t.untyped_storage())
-    return n / dt / 2**30
-dst = torch.empty_like(src)
-speeds = {}
-os.system(f"cat {path} > /dev/null; cat {path} > /dev/null")  # both paths read a warm file
-for registered in (False, True):
-    dst.zero_()
-    first = load(dst, registered)
-    checks.append(bool(torch.equal(src, dst)))
-    speeds[registered] = max([first] + [load(dst, registered) for _ in range(2)])
-def plain():
-    host = torch.empty(n, dtype=torch.uint8, pin_memory=True)
-    t0 = time.perf_counter()
-    with open(path, "rb", buffering=0) as g:
-        g.readinto(host.numpy())
-    out = host.to("cuda")
-    torch.cuda.synchronize()
-    return n / (time.perf_counter() - t0) / 2**30, out
-p = max(plain()[0] for _ in range(3))
-maps = open("/proc/self/maps").read()
-print(f"save/load 1 GiB: contents {'equal' if all(checks) else 'DIFFER'} (unregistered, registered); "
-      f"load {speeds[False]:.2f} / {speeds[True]:.2f} GiB/s (unregistered / registered, warm, best of 3); "
-      f"gpufile mapped {lib in maps}|pinned read + .to('cuda'): {p:.2f} GiB/s")
-EOF
-)
-  row "torch.cuda.gds (torch $(python3 -c 'import torch; print(torch.__version__)' 2>/dev/null))" \
-    "GdsFile.save_storage / load_storage of 1 GiB, registered and unregistered buffers" \
-    "$([[ $res == *"contents equal"* && $res == *"gpufile mapped True"* ]] && echo passed || echo "FAILED: ${res:0:300}")" \
-    "${res%%|*}" "${res#*|}"
+# ---- torch.cuda.gds -----------------------------------------------------------------------------
+client_torch() {
+  needs_gpu "torch.cuda.gds" || return
+  mkdir -p "$DATA"
+  # How torch finds libcufile: NEEDED and RUNPATH of libtorch_cuda.so.
+  local tlib needed runpath resolve
+  tlib=$(python3 -c 'import os, torch; print(os.path.dirname(torch.__file__))' 2>/dev/null)
+  tlib=$tlib/lib/libtorch_cuda.so
+  needed=$(readelf -d "$tlib" 2>/dev/null | grep -o '\[libcufile[^]]*\]' | tr -d '[]')
+  runpath=$(readelf -d "$tlib" 2>/dev/null | grep -E '\((RUNPATH|RPATH)\)' | grep -o '\[.*\]' |
+    tr -d '[]' | tr ':' '\n' | grep -i cufile | paste -sd,)
+  resolve="NEEDED ${needed:-no libcufile (loaded at run time?)},"
+  resolve+=" RUNPATH ${runpath:-without a cufile folder}"
+  echo "libtorch_cuda.so ($tlib): $resolve"
+  # Control: the same calls with the libcufile torch finds by itself (NVIDIA's log goes to a
+  # file of ours, not to cufile.log in the working directory).
+  local control=$DIR/torch-control.json out=$DIR/torch.json glog=$DIR/torch-gpufile.log
+  CUFILE_LOGFILE_PATH=$DIR/torch-control-cufile.log "${T[@]}" 90 python3 "$PROBE" torch \
+    --control --mib 1 --dir "$DATA" --lib "$LIB" >"$control" 2>&1
+  echo "without gpufile: $(tail -1 "$control")"
+  rm -f "$glog"
+  with_gpufile "$glog" "${T[@]}" 120 python3 "$PROBE" torch --mib 1024 --dir "$DATA" \
+    --lib "$LIB" >"$out" 2>&1
+  tail -5 "$out"
+  local result
+  result=$(json "$out" '"passed" if j["unregistered_equal"] and j["registered_equal"]
+    and j["gpufile_mapped"] else "FAILED: contents %s / %s (unregistered / registered), "
+    "gpufile mapped %s" % (j["unregistered_equal"], j["registered_equal"], j["gpufile_mapped"])')
+  [ "$result" = "?" ] && result="FAILED: $(tail -1 "$out" | cut -c1-200)"
+  local without
+  without=$(json "$control" 'j["result"] + " (" + (", ".join(j["other_libcufile"])
+    or "no libcufile mapped") + ")"')
+  row "torch.cuda.gds (torch $(version_of torch))" \
+    "GdsFile.save_storage / load_storage of 1 GiB, unregistered and registered (gds_register_buffer) buffers, contents compared" \
+    "$result" \
+    "$(json "$out" '"load of a warm file %.1f / %.1f GiB/s (unregistered / registered, best of 3)"
+      % (j["unregistered_gib_s"], j["registered_gib_s"])')" \
+    "$(json "$out" '"torch.load(map_location=cuda) %.1f GiB/s; pinned readinto + copy %.1f GiB/s"
+      % (j["torch_load_gib_s"], j["plain_gib_s"])')" \
+    "libtorch_cuda.so: $resolve; $(libs_note "$out"); $(opens "$glog"); without gpufile: $without"
 }
 
-# ---- fastsafetensors, GDS mode --------------------------------------------------------------------
-fastsafetensors_client() {
-  local res placeholder=""
-  # fastsafetensors 0.5 takes its GDS path only where /dev/nvidia-fs0 exists (copier/gds.py:
-  # a guard against NVIDIA's library closing fd 0 when nvidia-fs is half set up). gpufile needs
-  # no nvidia-fs; an empty placeholder lets the loader take the path it would take on a DGX.
-  if [ ! -e /dev/nvidia-fs0 ]; then touch /dev/nvidia-fs0 && placeholder=" (with an empty /dev/nvidia-fs0 placeholder: fastsafetensors insists on the node)"; fi
-  res=$(with_gpufile timeout 420 python3 - "$LIB" <<'EOF' 2>&1 | tail -1
-import os, sys, time
-import torch
-from safetensors.torch import save_file, load_file
-from fastsafetensors import SafeTensorsFileLoader
-lib = sys.argv[1]
-path = "/root/gpufile-clients/model.safetensors"
-if not os.path.exists(path):
-    g = torch.Generator().manual_seed(0)
-    tensors = {f"layer{i}.w": torch.randn(4096, 8192, generator=g, dtype=torch.float32).to(torch.bfloat16)
-               for i in range(32)}  # 32 x 64 MiB = 2 GiB
-    save_file(tensors, path)
-os.system(f"cat {path} > /dev/null")
-ref = load_file(path, device="cuda:0")
-def load(nogds):
-    loader = SafeTensorsFileLoader(None, "cuda:0", nogds=nogds)
-    copier = loader.copier_class.__name__
-    t0 = time.perf_counter()
-    loader.add_filenames({0: [path]})
-    fb = loader.copy_files_to_device()
-    out = {k: fb.get_tensor(k).clone() for k in loader.get_keys()}
-    torch.cuda.synchronize()
-    dt = time.perf_counter() - t0
-    fb.close(); loader.close()
-    same = all(torch.equal(out[k], ref[k]) for k in ref) and len(out) == len(ref)
-    return os.path.getsize(path) / dt / 1e9, copier, same
-gds = [load(False) for _ in range(3)]
-posix = [load(True) for _ in range(3)]
-maps = open("/proc/self/maps").read()
-g = max(r[0] for r in gds); p = max(r[0] for r in posix)
-print(f"GDS copier {gds[0][1]}, tensors {'equal' if all(r[2] for r in gds + posix) else 'DIFFER'}, "
-      f"gpufile mapped {lib in maps}; {g:.2f} GB/s (best of 3, warm)|nogds ({posix[0][1]}): {p:.2f} GB/s")
-EOF
-)
-  [ -n "$placeholder" ] && rm -f /dev/nvidia-fs0
-  row "fastsafetensors 0.5.0" "SafeTensorsFileLoader(nogds=False) of a 2 GiB bf16 checkpoint, tensors checked against safetensors$placeholder" \
-    "$([[ $res == *"tensors equal"* && $res == *"gpufile mapped True"* && $res == *"GDS copier GdsFileCopier"* ]] && echo passed || echo "FAILED: ${res:0:300}")" \
-    "${res%%|*}" "${res#*|}"
+# ---- fastsafetensors, GDS mode ------------------------------------------------------------------
+client_fastsafetensors() {
+  needs_gpu "fastsafetensors" || return
+  wheels fastsafetensors .whl/fastsafetensors-*.whl || {
+    row "fastsafetensors" "GDS mode" "not run" "-" "-" "wheel missing from .whl"; return; }
+  mkdir -p "$DATA"
+  # fastsafetensors (0.5) takes its GDS path only where /dev/nvidia-fs0 exists (copier/gds.py:
+  # a guard against NVIDIA's library closing fd 0 on half-set-up nvidia-fs hosts); without it,
+  # it warns and uses its nogds copier. gpufile needs no nvidia-fs: an empty placeholder lets
+  # the loader take the path it takes on a GDS host. Removed after (by the parent too, should
+  # this client be cut short).
+  local placeholder=""
+  if [ ! -e /dev/nvidia-fs0 ] && touch /dev/nvidia-fs0; then
+    touch "$DIR/.nvidia-fs0-placeholder"
+    placeholder="; an empty /dev/nvidia-fs0 was made for the loader's check, and removed"
+  fi
+  local out=$DIR/fastsafetensors.json glog=$DIR/fastsafetensors-gpufile.log
+  rm -f "$glog"
+  with_gpufile "$glog" "${T[@]}" 220 python3 "$PROBE" fastsafetensors --mib 4096 \
+    --dir "$DATA" --lib "$LIB" >"$out" 2>&1
+  [ -e "$DIR/.nvidia-fs0-placeholder" ] && rm -f /dev/nvidia-fs0 "$DIR/.nvidia-fs0-placeholder"
+  tail -5 "$out"
+  local result
+  result=$(json "$out" '"passed" if j["equal"] and j["gpufile_mapped"]
+    and j["gds_copier"] == "GdsFileCopier" else "FAILED: tensors %s, copier %s, gpufile mapped %s"
+    % ("equal" if j["equal"] else "DIFFER", j["gds_copier"], j["gpufile_mapped"])')
+  [ "$result" = "?" ] && result="FAILED: $(tail -1 "$out" | cut -c1-200)"
+  row "fastsafetensors $(version_of fastsafetensors)" \
+    "SafeTensorsFileLoader(nogds=False) of a $(json "$out" '"%.1f" % j["size_gb"]') GB bf16 checkpoint, tensors compared with safetensors' own loader" \
+    "$result" "$(json "$out" '"%s: %.1f GB/s (warm, best of 3)" % (j["gds_copier"], j["gds_gb_s"])')" \
+    "$(json "$out" '"nogds=True (%s): %.1f GB/s" % (j["nogds_copier"], j["nogds_gb_s"])')" \
+    "dlopen(\"libcufile.so.0\"); $(libs_note "$out"); $(opens "$glog")$placeholder"
 }
 
-echo "== gpufile clients: $ONLY ($(nvidia-smi -L 2>/dev/null | head -1))"
-wants kvikio && kvikio_tests
-wants kvikio-speed && kvikio_speed
-wants fio && fio_client
-wants torch && torch_client
-wants fastsafetensors && fastsafetensors_client
+# ---- one client in a process of its own, within its time ----------------------------------------
+if [ -n "$CHILD" ]; then
+  cd "$REPO" && "client_${CHILD//-/_}"
+  exit 0
+fi
+
+mkdir -p "$DIR"
+[ -f "$LIB" ] || { echo "no $LIB: build gpufile first (--help)" >&2; exit 2; }
+if [ "$FAKE" = 1 ] && [ ! -f "$FAKEDIR/libcuda.so.1" ]; then
+  echo "no $FAKEDIR/libcuda.so.1: cmake --build ${B#"$REPO"/} --target fakecuda" >&2; exit 2
+fi
+{
+  echo "| client | what ran | passed / failed | speed on gpufile | its own non-GDS path | notes |"
+  echo "|---|---|---|---|---|---|"
+} >"$TABLE"
+echo "== gpufile's clients: $ONLY; $(nvidia-smi -L 2>/dev/null | head -1);" \
+  "$(git log --oneline -1 2>/dev/null)"
+START=$SECONDS
+TIMES=""
+fake=(); [ "$FAKE" = 1 ] && fake=(--fake-cuda)
+for c in "${CLIENTS[@]}"; do
+  [[ ",$ONLY," == *",$c,"* ]] || continue
+  left=$((DEADLINE - (SECONDS - START) - 5))
+  lim=${LIMIT[$c]}
+  [ "$lim" -gt "$left" ] && lim=$left
+  if [ "$lim" -lt 30 ]; then
+    row "$c" "-" "not run" "-" "-" \
+      "the run's --deadline ($DEADLINE s) was spent; run it alone: bash bench/clients-run.sh --only $c"
+    continue
+  fi
+  lines=$(wc -l <"$TABLE")
+  rm -f "$DIR/.row-$c"
+  t0=$SECONDS
+  timeout -k 10 "$lim" bash "$SELF" --child "$c" --build "$B" --out "$DIR" "${fake[@]}" \
+    >"$DIR/$c.log" 2>&1
+  rc=$?
+  took=$((SECONDS - t0))
+  [ -e "$DIR/.nvidia-fs0-placeholder" ] && rm -f /dev/nvidia-fs0 "$DIR/.nvidia-fs0-placeholder"
+  if [ "$rc" = 124 ] || [ "$rc" = 137 ]; then
+    row "$c" "-" "TIMED OUT after $lim s" "-" "-" "$c.log has what it printed"
+  elif [ ! -e "$DIR/.row-$c" ]; then
+    row "$c" "-" "ABORTED (exit $rc)" "-" "-" "$c.log: $(tail -1 "$DIR/$c.log" | cut -c1-200)"
+  else
+    tail -n +$((lines + 1)) "$TABLE"
+  fi
+  rm -f "$DIR/.row-$c"
+  TIMES+="${TIMES:+, }$c $took s"
+  echo "== $c: $took s (limit $lim s), log $DIR/$c.log"
+done
+{
+  echo
+  echo "Times: $TIMES (all: $((SECONDS - START)) s). bench/clients-run.sh --only $ONLY" \
+    "${fake[@]:-}"
+} >>"$TABLE"
 echo; cat "$TABLE"
