@@ -28,6 +28,8 @@ Error setup(CUfileBatchHandle_t* batch_idp, unsigned nr) {
 // Validates every entry before starting any, so a bad entry leaves the batch as it was.
 Error build_entries(const CUfileIOParams_t* params, unsigned nr, std::vector<Batch::Entry>* out,
                     uint64_t* read_bytes, uint64_t* write_bytes) {
+  Runtime::SeenFiles seen;
+  out->reserve(nr);
   for (unsigned i = 0; i < nr; ++i) {
     const CUfileIOParams_t& p = params[i];
     if (p.mode != CUFILE_BATCH || (p.opcode != CUFILE_READ && p.opcode != CUFILE_WRITE))
@@ -37,7 +39,7 @@ Error build_entries(const CUfileIOParams_t* params, unsigned nr, std::vector<Bat
     Batch::Entry entry;
     entry.cookie = p.cookie;
     if (Error e = Runtime::instance().prepare(kind, p.fh, b.devPtr_base, b.size, b.file_offset,
-                                              b.devPtr_offset, &entry.io)) {
+                                              b.devPtr_offset, &entry.io, nullptr, &seen)) {
       GPUFILE_LOG(gpufile::LogLevel::error, "batch entry %u refused: %s", i,
                   gpufile::describe(e).c_str());
       return e;

@@ -44,7 +44,7 @@ void Batch::on_done(Io* io, void* cookie) {
   // caller never reaps must not keep the driver from closing.
   delete io;
   ready_.push_back(ev);
-  cv_.notify_all();
+  if (running_.empty() || (waiters_ > 0 && ready_.size() >= fewest_wanted_)) cv_.notify_all();
 }
 
 unsigned Batch::reap(unsigned min_nr, unsigned max, BatchEvent* out, const timespec* timeout) {
@@ -52,11 +52,17 @@ unsigned Batch::reap(unsigned min_nr, unsigned max, BatchEvent* out, const times
   // Waiting for more than can ever arrive would never end.
   unsigned want = std::min<unsigned>(min_nr, static_cast<unsigned>(running_.size() + ready_.size()));
   auto enough = [&] { return ready_.size() >= want; };
-  if (timeout == nullptr) {
-    cv_.wait(lock, enough);
-  } else {
-    auto d = std::chrono::seconds(timeout->tv_sec) + std::chrono::nanoseconds(timeout->tv_nsec);
-    cv_.wait_for(lock, d, enough);
+  if (!enough()) {
+    ++waiters_;
+    fewest_wanted_ = std::min<size_t>(fewest_wanted_, want);
+    if (timeout == nullptr) {
+      cv_.wait(lock, enough);
+    } else {
+      auto d = std::chrono::seconds(timeout->tv_sec) + std::chrono::nanoseconds(timeout->tv_nsec);
+      cv_.wait_for(lock, d, enough);
+    }
+    // The last waiter out forgets the wants; one that stays may be woken early, never late.
+    if (--waiters_ == 0) fewest_wanted_ = SIZE_MAX;
   }
   unsigned n = 0;
   while (n < max && !ready_.empty()) {

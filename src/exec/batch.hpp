@@ -3,6 +3,7 @@
 #pragma once
 
 #include <condition_variable>
+#include <cstddef>
 #include <cstdint>
 #include <ctime>
 #include <deque>
@@ -52,6 +53,11 @@ class Batch {
   std::condition_variable cv_;
   std::vector<Io*> running_;
   std::deque<BatchEvent> ready_;
+  // Threads waiting in reap(), and the fewest ready events one of them waits for (a completion
+  // wakes them only once that many are ready: a reaper waiting for a whole batch is woken once,
+  // not once per entry).
+  unsigned waiters_ = 0;
+  size_t fewest_wanted_ = SIZE_MAX;
 };
 
 // Batches by opaque token, as handed out to C callers.

@@ -177,9 +177,9 @@ Error Executor::start() {
 }
 
 void Executor::submit(Job* const* jobs, size_t n) {
-  unsigned pieces = 0;
-  size_t listed = 0;
+  unsigned pieces = 0;  // for the workers to take one by one
   std::vector<Job*> to_list;
+  std::vector<Job*> packed;
   to_list.reserve(n);
   for (size_t k = 0; k < n; ++k) {
     Job* job = jobs[k];
@@ -194,11 +194,29 @@ void Executor::submit(Job* const* jobs, size_t n) {
     f.min_chunk = cfg_.min_chunk_bytes;
     f.slab = cfg_.slab_bytes;
     job->split(route::plan_for_workers(f, route::Reason::asynchronous).step);
-    pieces += job->pieces();
+    if (packable(*job, Worker::kPackBytes))
+      packed.push_back(job);
+    else
+      pieces += job->pieces();
     to_list.push_back(job);
-    ++listed;
   }
-  if (listed > 0) publish(to_list.data(), listed, pieces);
+  const PackPlan pack = plan_packing(static_cast<unsigned>(packed.size()));
+  for (Job* job : packed) job->pack_with = pack.per_worker;
+  if (!to_list.empty()) publish(to_list.data(), to_list.size(), pieces + pack.workers);
+}
+
+// Small reads submitted together (a batch) are spread over the idle workers rather than packed
+// 32 to the first one awake: each worker reads its share and lands it with one copy, all at
+// once. At least 8 to a worker, so that a copy's fixed cost is still shared.
+Executor::PackPlan Executor::plan_packing(unsigned packable) const {
+  constexpr unsigned kMinPerWorker = 8;
+  PackPlan p;
+  p.per_worker = Worker::kMaxPack;
+  if (packable == 0) return p;
+  const unsigned idle = std::max(1u, idle_workers());
+  p.per_worker = std::clamp((packable + idle - 1) / idle, kMinPerWorker, Worker::kMaxPack);
+  p.workers = (packable + p.per_worker - 1) / p.per_worker;
+  return p;
 }
 
 void Executor::publish(Job* job, unsigned wake) { publish(&job, 1, wake); }

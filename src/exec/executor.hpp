@@ -119,6 +119,14 @@ class Executor {
   // Whether a fork may go on as far as this executor is concerned (the gate's lock held).
   bool quiet_for_fork() const;
 
+  // How many of `packable` small reads published at once each woken worker packs, and how many
+  // workers that takes.
+  struct PackPlan {
+    unsigned per_worker = 0;
+    unsigned workers = 0;
+  };
+  PackPlan plan_packing(unsigned packable) const;
+
   ExecutorConfig cfg_;
   std::string engine_name_;
   std::string engine_note_;

@@ -63,6 +63,9 @@ class Job {
   // Work the caller queued on the legacy default stream before the call, which the workers'
   // copies wait for (Runtime::run records it), or null.
   cuda::CUevent after = nullptr;
+  // A small read into GPU memory: how many such reads a worker packs into one slot with this
+  // one (Executor::submit spreads reads submitted together over the idle workers).
+  unsigned pack_with = 32;
 
   // Called once, on the thread that finishes the last chunk, after which the caller's memory
   // is no longer touched. Without a callback, wait() and done() tell completion instead.

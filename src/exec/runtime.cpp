@@ -166,9 +166,21 @@ bool with_open_settings(const std::function<void(Settings&)>& fn) {
 
 // ---- IO ------------------------------------------------------------------------------------------
 
+const struct stat* Runtime::SeenFiles::find(const void* h) const {
+  for (unsigned k = 0; k < count; ++k)
+    if (handle[k] == h) return &st[k];
+  return nullptr;
+}
+
+void Runtime::SeenFiles::add(const void* h, const struct stat& s) {
+  if (count == kMax) return;
+  handle[count] = h;
+  st[count++] = s;
+}
+
 Error Runtime::prepare(sys::IoKind kind, void* handle, const void* base, uint64_t size,
                        int64_t file_offset, int64_t buffer_offset, std::unique_ptr<Io>* out,
-                       const cuda::MemInfo* base_mem) {
+                       const cuda::MemInfo* base_mem, SeenFiles* seen) {
   auto io = std::make_unique<Io>();
   std::shared_ptr<Session> s;
   {
@@ -199,8 +211,13 @@ Error Runtime::prepare(sys::IoKind kind, void* handle, const void* base, uint64_
   if (kind == sys::IoKind::write && f.access == O_RDONLY) return Error::sys(EIO);
   // The fd must still be the file that was registered (closed, or reused for another file?).
   struct stat st {};
-  if (sys::os().fstat(f.user_fd, &st) < 0 || st.st_dev != f.dev || st.st_ino != f.ino)
-    return Error::sys(EBADF);
+  if (const struct stat* known = seen != nullptr ? seen->find(handle) : nullptr) {
+    st = *known;
+  } else {
+    if (sys::os().fstat(f.user_fd, &st) < 0 || st.st_dev != f.dev || st.st_ino != f.ino)
+      return Error::sys(EBADF);
+    if (seen != nullptr) seen->add(handle, st);
+  }
 
   const uint64_t b = reinterpret_cast<uint64_t>(base);
   {

@@ -5,6 +5,7 @@
 // cuFile ABI, and the C++ API uses them directly.
 #pragma once
 
+#include <sys/stat.h>
 #include <sys/types.h>
 
 #include <atomic>
@@ -88,10 +89,20 @@ class Runtime {
   // Validates an IO of `size` bytes between the file at `file_offset` and memory at
   // base + buffer_offset. The Io then runs with run() or submit(), which choose its route.
   // `base_mem`, when given, is what cuda::classify(base) said earlier: prepare then makes no
-  // CUDA call at all (stream callbacks must not).
+  // CUDA call at all (stream callbacks must not). `seen`, when given, keeps handles' fstat()
+  // between calls: the entries of one batch submission are admitted together, so one check per
+  // handle that its descriptor is still the registered file covers them all.
+  struct SeenFiles {
+    static constexpr unsigned kMax = 8;  // the handles remembered; more are checked each time
+    const void* handle[kMax] = {};
+    struct stat st[kMax] = {};
+    unsigned count = 0;
+    const struct stat* find(const void* h) const;
+    void add(const void* h, const struct stat& s);
+  };
   Error prepare(sys::IoKind kind, void* handle, const void* base, uint64_t size,
                 int64_t file_offset, int64_t buffer_offset, std::unique_ptr<Io>* out,
-                const cuda::MemInfo* base_mem = nullptr);
+                const cuda::MemInfo* base_mem = nullptr, SeenFiles* seen = nullptr);
   // Runs the Io to completion on this thread's behalf: on this thread, the workers, or both,
   // as route::plan_threads says for the load at this moment.
   IoResult run(Io& io);

@@ -1,5 +1,6 @@
 #include "exec/worker.hpp"
 
+#include <algorithm>
 #include <cerrno>
 
 #include "core/align.hpp"
@@ -116,7 +117,8 @@ void Worker::start(unsigned i, const Chunk& c) {
   if (job.staged() && Executor::packable(job, kPackBytes)) {
     uint64_t used = align_up(slab_bytes_for(c), uint64_t{4096});
     Chunk more;
-    while (s.count < kMaxPack &&
+    const unsigned most = std::clamp(c.job->pack_with, 1u, kMaxPack);
+    while (s.count < most &&
            owner_.claim_packable(&more, s.ctx, kPackBytes, cfg_.slab_bytes - used)) {
       const uint64_t at = used;
       used += align_up(slab_bytes_for(more), uint64_t{4096});
