@@ -192,16 +192,17 @@ std::optional<std::vector<Result>> run_together(const std::vector<Job>& jobs, Io
 }
 
 // -J: each job's line first; then the total, the line gdsio prints.
-void report(const std::vector<Result>& parts, const Options& cli) {
+void report(const std::vector<Result>& parts, const Options& cli, Pass pass) {
+  std::FILE* to = line_stream(cli);
   if (cli.per_job_stats)
     for (const Result& part : parts) {
-      print_line(part);
-      if (cli.json) print_json(part);
+      print_line(part, to);
+      if (cli.json) add_json_result(part, pass, Scope::job);
     }
   const Result all = combine_results(parts);
-  print_line(all);
-  if (cli.json) print_json(all);
-  std::fflush(stdout);
+  print_line(all, to);
+  if (cli.json) add_json_result(all, pass, Scope::total);
+  std::fflush(to);
 }
 
 // The run, and after a verified write the read-back of every job (one pass each).
@@ -210,13 +211,13 @@ int run_jobs(std::vector<Job> jobs, const Options& cli) {
   const IoType type = first.io_type;
   std::optional<std::vector<Result>> parts = run_together(jobs, type);
   if (!parts) return 1;
-  report(*parts, cli);
+  report(*parts, cli, Pass::measure);
   if (!(first.verify && is_write(type))) return 0;
-  std::printf("Verifying data\n");
+  std::fprintf(line_stream(cli), "Verifying data\n");
   for (Job& job : jobs) job.options.seconds = 0;
   parts = run_together(jobs, read_back_of(type));
   if (!parts) return 1;
-  report(*parts, cli);
+  report(*parts, cli, Pass::read_back);
   return 0;
 }
 

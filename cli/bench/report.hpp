@@ -2,6 +2,7 @@
 #pragma once
 
 #include <cstdint>
+#include <cstdio>
 #include <string>
 #include <vector>
 
@@ -40,8 +41,24 @@ Result combine_results(const std::vector<Result>& parts);
 
 // gdsio's line, field for field; batch runs report the depth, not threads. A job's own line
 // (-J) starts with "[job] ", so the total stays the only line that starts with "IoType:".
-void print_line(const Result& r);
-void print_json(const Result& r);
+void print_line(const Result& r, std::FILE* to);
+// Where the result lines (and "Verifying data") go: standard output, or standard error under
+// --json, whose standard output is exactly one JSON document.
+std::FILE* line_stream(const Options& o);
+
+// --json: every result of the command, in the order measured, printed as one document at the
+// end (print_json_document):
+//   {"ok": true, "results": [{"pass": "measure", "scope": "run", "io_type": ..., ...}, ...]}
+// pass: "measure", or "read_back" for -V's check after a write; scope: "run" (a command line's
+// run, one per sweep point), "job" (one job of a job file, with -J; "job" names it) or "total"
+// (the jobs of a job file together, gdsio's line). "ok" is false when the command failed
+// after measuring started; the results measured until then are still there.
+enum class Pass { measure, read_back };
+enum class Scope { run, job, total };
+void add_json_result(const Result& r, Pass pass, Scope scope);
+void print_json_document(bool ok);
+// One result as a JSON object (the fields of add_json_result's entries).
+std::string json_object(const Result& r, Pass pass, Scope scope);
 
 // --csv: the header, and one row per result (each ending in a newline). Like the result
 // line, batch runs have threads 1 and their depth in io_depth; other runs io_depth 1.

@@ -225,12 +225,12 @@ std::optional<Result> measure_run(const Gpu& gpu, const Options& o, IoType type,
   return r;
 }
 
-std::optional<Result> run_once(const Gpu& gpu, const Options& o, IoType type) {
+std::optional<Result> run_once(const Gpu& gpu, const Options& o, IoType type, Pass pass) {
   std::optional<Result> r = measure_run(gpu, o, type, RunHooks{});
   if (!r) return std::nullopt;
-  print_line(*r);
-  if (o.json) print_json(*r);
-  std::fflush(stdout);
+  print_line(*r, line_stream(o));
+  std::fflush(line_stream(o));
+  if (o.json) add_json_result(*r, pass, Scope::run);
   return r;
 }
 

@@ -116,7 +116,8 @@ struct RunHooks {
 std::optional<Result> measure_run(const Gpu& gpu, const Options& o, IoType type,
                                   const RunHooks& hooks);
 
-// The same, printing its result line (and --json). The run of a command line.
-std::optional<Result> run_once(const Gpu& gpu, const Options& o, IoType type);
+// The same, printing its result line (and keeping it for --json's document). The run of a
+// command line.
+std::optional<Result> run_once(const Gpu& gpu, const Options& o, IoType type, Pass pass);
 
 }  // namespace gpufile::cli::benchmark

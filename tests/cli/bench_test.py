@@ -52,6 +52,22 @@ def bench(*args):
                           timeout=60)
 
 
+def json_document(run):
+    """--json: standard output is exactly one JSON document; returns it ({} when it is not)."""
+    try:
+        doc = json.loads(run.stdout)
+    except ValueError:
+        check(False, f"--json prints one JSON document on stdout:\n{run.stdout}")
+        return {}
+    check(isinstance(doc.get("results"), list) and isinstance(doc.get("ok"), bool),
+          f"--json document has ok and results: {doc}")
+    return doc
+
+
+def json_results(run):
+    return json_document(run).get("results", [])
+
+
 def result_lines(out):
     found = [RESULT_LINE.match(l) for l in out.splitlines() if l.startswith("IoType:")]
     check(all(found), f"every result line parses:\n{out}")
@@ -152,16 +168,16 @@ def slow_setup_is_not_timed(path):
                               text=True, timeout=60, env=env)
     t = slow("-s", FILE_SIZE, "-i", MIB, "-w", 4, "-T", 1)
     if check(t.returncode == 0, f"-T 1 with slow setup: rc {t.returncode}: {t.stderr}"):
-        m = result_lines(t.stdout)[0]
+        m = result_lines(t.stderr)[0]
         ops, done = int(m["ops"]), int(m["done"])
         check(ops > 0 and float(m["gibps"]) > 0, f"-T 1 with slow setup moves data: {m[0]}")
         check(done * 1024 == ops * MIB, f"-T 1 with slow setup: every IO counted: {m[0]}")
-        doc = json.loads([l for l in t.stdout.splitlines() if l.startswith("{")][0])
+        doc = json_results(t)[0]
         check(doc["total_time_s"] * 1e6 + 1 >= doc["max_latency_us"],
               f"-T 1: the time runs until the last IO ended: {doc}")
     one = slow("-s", MIB, "-i", MIB, "-w", 1)
     if check(one.returncode == 0, f"one IO with slow setup: rc {one.returncode}: {one.stderr}"):
-        doc = json.loads([l for l in one.stdout.splitlines() if l.startswith("{")][0])
+        doc = json_results(one)[0]
         check(doc["ops"] == 1 and doc["total_time_s"] - doc["max_latency_us"] / 1e6 < 0.15,
               f"one IO with slow setup: the time is the IO's, not the setup's: {doc}")
 
@@ -171,9 +187,9 @@ def per_thread_files_and_json(tmp):
     check(w.returncode == 0, f"-D write: {w.stderr}")
     check(all(os.path.getsize(os.path.join(tmp, f"gdsio.{n}")) == 4 * MIB for n in range(THREADS)),
           "-D makes one file per thread")
-    m = result_lines(w.stdout)[0]
+    m = result_lines(w.stderr)[0]
     check(int(m["total"]) == THREADS * 4 * 1024, f"-D total is w x s: {m['total']}")
-    doc = json.loads([l for l in w.stdout.splitlines() if l.startswith("{")][0])
+    doc = json_results(w)[0]
     for key in ("io_type", "xfer_type", "threads", "io_depth", "dataset_done_kib",
                 "dataset_total_kib", "io_size_kib", "throughput_gib_s", "avg_latency_us", "ops",
                 "total_time_s", "p50_latency_us", "p99_latency_us", "max_latency_us",
@@ -187,6 +203,51 @@ def per_thread_files_and_json(tmp):
     if m:
         check(int(m["done"]) > int(m["total"]), f"-T wraps: {m['done']}/{m['total']}")
         check(0.9 < float(m["secs"]) < 3, f"-T 1 takes about a second: {m['secs']}")
+
+
+def json_is_one_document(tmp):
+    """--json, whatever the command: standard output is one JSON document with every result in
+    the order measured (a -V write's read-back, each sweep point, each job with -J and then the
+    jobs' total), and the result lines go to standard error; a failed run says ok: false."""
+    path = os.path.join(tmp, "json-data")
+    w = bench("-f", path, "-s", FILE_SIZE, "-i", MIB, "-w", THREADS, "-x", 0, "-I", 1, "-V", "--json")
+    res = json_results(w)
+    check(w.returncode == 0 and [(r["pass"], r["scope"], r["io_type"]) for r in res] ==
+          [("measure", "run", "WRITE"), ("read_back", "run", "READ")],
+          f"-V --json: the write, then its read-back: {res}")
+    lines = result_lines(w.stderr)
+    check(len(lines) == 2 and "Verifying data" in w.stderr, f"-V --json lines on stderr: {w.stderr}")
+    if len(lines) == 2 and len(res) == 2:
+        check(all(int(m["ops"]) == r["ops"] for m, r in zip(lines, res)), "json matches the lines")
+    s = bench("-f", path, "-s", FILE_SIZE, "--sweep-io", "64K,1M", "--sweep-threads", "1,2",
+              "-x", 0, "-I", 0, "--json")
+    res = json_results(s)
+    check(s.returncode == 0 and len(res) == 4 and all(r["scope"] == "run" for r in res) and
+          [(r["io_size_kib"], r["threads"]) for r in res] == [(64, 1), (1024, 1), (64, 2), (1024, 2)],
+          f"a sweep: one result per point, in order: {res}")
+    job = write_job_file(os.path.join(tmp, "json.gdsio"), f"""[global]
+xfer_type=0
+rw=read
+bs=1M
+size={FILE_SIZE}
+filename={path}
+[one]
+num_threads=1
+[two]
+num_threads=2
+""")
+    j = bench("-J", "--json", job)
+    res = json_results(j)
+    check(j.returncode == 0 and [(r["scope"], r.get("job")) for r in res] ==
+          [("job", "one"), ("job", "two"), ("total", None)] and res[-1]["threads"] == 3,
+          f"a job file with -J: each job, then the total: {res}")
+    check(len(job_lines(j.stderr)) == 2 and len(result_lines(j.stderr)) == 1,
+          f"job file lines on stderr: {j.stderr}")
+    bad = bench("-f", os.path.join(tmp, "no-such-dir", "f"), "-s", FILE_SIZE, "-i", MIB, "-x", 0,
+                "-I", 0, "--json")
+    doc = json_document(bad)
+    check(bad.returncode != 0 and doc.get("ok") is False and doc.get("results") == [],
+          f"a failed run still prints the document, ok false: rc {bad.returncode}: {doc}")
 
 
 def run_on_pty(args):
@@ -387,7 +448,7 @@ def io_size_range_details(tmp):
     common = ["-f", path, "-s", FILE_SIZE, "-w", THREADS, "-k", 5, "-V"]
     w = bench(*common, "-i", "4K:256K:4K", "-I", 1, "--json")
     check(w.returncode == 0, f"range write: {w.stderr}")
-    docs = [json.loads(l) for l in w.stdout.splitlines() if l.startswith("{")]
+    docs = json_results(w)
     check(docs and docs[0].get("io_size_min_kib") == 4 and docs[0].get("io_size_max_kib") == 256,
           f"json shows the range: {docs}")
     r = bench(*common, "-i", "64K", "-I", 0)
@@ -605,6 +666,7 @@ def main():
             slow_copies_still_land(path)
             slow_setup_is_not_timed(path)
             per_thread_files_and_json(tmp)
+            json_is_one_document(tmp)
             progress_line(path)
             sweeps(tmp)
             unwritable_output_fails_first(tmp)
