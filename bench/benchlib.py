@@ -80,10 +80,14 @@ def parse_compare(p):
 
 def parse_bench(p):
     """{bytes, secs, cpu, ops, p50_us, p99_us, max_us} of a `gpufile bench --json` run, or {error}."""
-    js = [l for l in p.stdout.splitlines() if l.startswith("{")]
-    if p.returncode != 0 or not js:
+    try:
+        doc = json.loads(p.stdout)  # one document: {"ok": ..., "results": [...]}
+    except ValueError:
         return failure(p)
-    j = json.loads(js[-1])
+    measured = [r for r in doc.get("results", []) if r.get("pass") == "measure"]
+    if p.returncode != 0 or not doc.get("ok") or not measured:
+        return failure(p)
+    j = measured[-1]  # a job file's total comes last
     done = j["dataset_done_kib"] * KIB
     return {"bytes": done, "secs": j["total_time_s"], "cpu": j["cpu_s_per_gib"] * done / GIB,
             "ops": j["ops"], "p50_us": j["p50_latency_us"], "p99_us": j["p99_latency_us"],

@@ -15,9 +15,9 @@ C=$D/bench/gpufile_compare
 F=/root/probe-waits.bin
 dd if=/dev/urandom of=$F bs=16M count=256 status=none; cat $F >/dev/null; cat $F >/dev/null
 point() {  # bench args...: GiB/s, p50, p99, CPU-s/GiB
-  "$G" bench -f $F -s 4G -T 1 --no-progress --json "$@" | tail -1 | python3 -c "
+  "$G" bench -f $F -s 4G -T 1 --no-progress --json "$@" 2>/dev/null | python3 -c "
 import json, sys
-r = json.load(sys.stdin)
+r = json.load(sys.stdin)['results'][-1]
 print(f\"{r['throughput_gib_s']:.2f} GiB/s  p50 {r['p50_latency_us']:.1f}  p99 {r['p99_latency_us']:.1f}  cpu {r['cpu_s_per_gib']:.2f} s/GiB\")"
 }
 for r in 1 2; do
