@@ -166,7 +166,7 @@ void apply_size(Settings& s, const SizeKey& k, size_t v, std::string_view origin
 
 // ---- cufile.json -------------------------------------------------------------------------------
 
-// cufile.json nests four levels at most. nlohmann's parser keeps its depth on the heap, but
+// cufile.json nests a handful of levels. nlohmann's parser keeps its depth on the heap, but
 // dump(), copies and comparisons recurse once a level: a value of a few hundred KB of '[' on a
 // known key overflowed the stack when its problem line dumped it (found with the cufile.json
 // fuzz target, docs/reliability.md "Fuzzing"). Deeper documents are refused whole, while being
