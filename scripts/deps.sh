@@ -6,17 +6,21 @@ set -euo pipefail
 gpufile_packages=(cmake ninja-build g++ liburing-dev nlohmann-json3-dev libgtest-dev python3 python3-dev
   python3-venv)
 
-gpufile_missing_packages() {
+# The fuzz step of test.sh (tests/fuzz): clang, and the runtimes of libFuzzer and the sanitizers
+# for its version (Debian 12: clang 14, libclang-rt-14-dev), installed only when that step runs.
+gpufile_fuzz_packages=(clang)
+
+gpufile_missing_packages() {  # package...
   local p missing=()
-  for p in "${gpufile_packages[@]}"; do
+  for p in "$@"; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")
   done
   echo "${missing[@]:-}"
 }
 
-gpufile_install_deps() {
+gpufile_install_packages() {  # package...: those not installed yet
   local missing
-  missing=$(gpufile_missing_packages)
+  missing=$(gpufile_missing_packages "$@")
   [ -z "$missing" ] && return 0
   local sudo=""
   [ "$(id -u)" -eq 0 ] || sudo="sudo"
@@ -24,6 +28,15 @@ gpufile_install_deps() {
   $sudo apt-get update -qq
   # shellcheck disable=SC2086
   DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends $missing >/dev/null
+}
+
+gpufile_install_deps() { gpufile_install_packages "${gpufile_packages[@]}"; }
+
+gpufile_install_fuzz_deps() {
+  gpufile_install_packages "${gpufile_fuzz_packages[@]}"
+  local major
+  major=$(clang --version | sed -n 's/.*clang version \([0-9]*\).*/\1/p' | head -n 1)
+  gpufile_install_packages "libclang-rt-$major-dev"
 }
 
 if [ "${BASH_SOURCE[0]}" = "$0" ]; then gpufile_install_deps; fi

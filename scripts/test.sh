@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # Builds gpufile and runs every test: the normal build, the Python package (pip install . into a
 # virtual environment, then pytest), then the C++ suite again under AddressSanitizer +
-# UndefinedBehaviorSanitizer, and under ThreadSanitizer. Without a GPU, tests run the real code
-# path against the CUDA driver test double (tests/support/fakecuda). Exit status 0 only if all
-# pass.
+# UndefinedBehaviorSanitizer, and under ThreadSanitizer; and fuzzes the parsers for a bounded
+# time. Without a GPU, tests run the real code path against the CUDA driver test double
+# (tests/support/fakecuda). Exit status 0 only if all pass.
 #   GPUFILE_TEST_SANITIZERS=0  skips the sanitizer passes.
+#   GPUFILE_TEST_FUZZ=0        skips the fuzz step; GPUFILE_FUZZ_SECONDS=N fuzzes each target N s.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/deps.sh
@@ -32,6 +33,37 @@ build/venv/bin/python -m pip install -q --upgrade pip
 build/venv/bin/python -m pip install -q ".[test]"
 GPUFILE_CUDA_LIBRARY="$PWD/build/test/tests/support/fakecuda/libcuda.so.1" \
   build/venv/bin/python -m pytest -q tests/python
+# Coverage-guided fuzzing of the inputs gpufile parses (tests/fuzz; docs/reliability.md,
+# "Fuzzing"): cufile.json and gdsio job files with libFuzzer (clang, the fuzz targets and the
+# library under ASan+UBSan), safetensors headers with atheris in the virtual environment above.
+# Each target replays its corpus (tests/fuzz/corpus/<target>), then fuzzes for a bounded time;
+# what it finds new goes to build/fuzz/found/, never into the repository's corpus.
+if [ "${GPUFILE_TEST_FUZZ:-1}" != 0 ]; then
+  echo "== gpufile tests: fuzz (${GPUFILE_FUZZ_SECONDS:-40} s a target)"
+  gpufile_install_fuzz_deps
+  cmake -S . -B build/fuzz -G Ninja -DCMAKE_C_COMPILER=clang -DCMAKE_CXX_COMPILER=clang++ \
+    -DCMAKE_BUILD_TYPE=RelWithDebInfo -DGPUFILE_FUZZ=ON >/dev/null
+  cmake --build build/fuzz -j "$jobs" --target fuzz_cufile_json fuzz_gdsio_jobfile
+  ctest --test-dir build/fuzz --output-on-failure --no-tests=error -L fuzz
+  build/venv/bin/python -m pip install -q --only-binary=:all: atheris==3.0.0
+  rm -rf build/fuzz/found
+  for target in cufile_json gdsio_jobfile safetensors_header; do
+    fuzzer=(build/fuzz/tests/fuzz/fuzz_$target)
+    [ "$target" = safetensors_header ] && fuzzer=(build/venv/bin/python tests/fuzz/fuzz_$target.py
+      -dict=tests/fuzz/safetensors_header.dict)
+    mkdir -p "build/fuzz/found/$target"
+    echo "== gpufile fuzz: $target"
+    log=build/fuzz/found/$target.log
+    if ! "${fuzzer[@]}" -max_total_time="${GPUFILE_FUZZ_SECONDS:-40}" -print_final_stats=1 \
+      -artifact_prefix="build/fuzz/found/$target-" "build/fuzz/found/$target" \
+      "tests/fuzz/corpus/$target" >"$log" 2>&1; then
+      tail -n 60 "$log"
+      echo "gpufile fuzz: $target failed; the input is build/fuzz/found/$target-*" >&2
+      exit 1
+    fi
+    grep -E '^(Done|stat::number_of_executed_units|stat::peak_rss_mb)' "$log" || true
+  done
+fi
 if [ "${GPUFILE_TEST_SANITIZERS:-1}" != 0 ]; then
   ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1 \
     run_suite asan+ubsan build/asan -DCMAKE_BUILD_TYPE=Debug "-DGPUFILE_SANITIZE=address,undefined"

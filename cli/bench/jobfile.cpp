@@ -45,6 +45,12 @@ class Parser {
   explicit Parser(JobFile* out) : file_(out) {}
 
   bool line(std::string_view raw, int number) {
+    // A job file is text. A NUL byte would cut a value short where it becomes a C string: a
+    // directory opened, a number read by strtol ("16<NUL>x" read as 16). Found by fuzzing
+    // (tests/fuzz/corpus/gdsio_jobfile/regress-nul-in-value.gdsio).
+    if (const size_t nul = raw.find('\0'); nul != std::string_view::npos)
+      return fail(number, "a NUL byte at column " + std::to_string(nul + 1) +
+                              ": a job file is text");
     const std::string_view text = trim(raw);
     if (text.empty() || text.front() == '#' || text.front() == ';') return true;
     if (text.front() == '[') return section(text, number);

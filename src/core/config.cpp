@@ -166,6 +166,24 @@ void apply_size(Settings& s, const SizeKey& k, size_t v, std::string_view origin
 
 // ---- cufile.json -------------------------------------------------------------------------------
 
+// cufile.json nests a handful of levels. nlohmann's parser keeps its depth on the heap, but
+// dump(), copies and comparisons recurse once a level: a value of a few hundred KB of '[' on a
+// known key overflowed the stack when its problem line dumped it (found with the cufile.json
+// fuzz target, docs/reliability.md "Fuzzing"). Deeper documents are refused whole, while being
+// parsed.
+constexpr int kMaxJsonDepth = 64;
+struct TooDeep {};
+
+json parse_limited(std::string_view text, bool ignore_comments) {
+  const json::parser_callback_t limit = [](int depth, json::parse_event_t, json&) {
+    if (depth > kMaxJsonDepth) throw TooDeep{};
+    return true;
+  };
+  return json::parse(text.begin(), text.end(), limit, /*allow_exceptions=*/true, ignore_comments);
+}
+
+const std::string kTooDeep = "nested deeper than " + std::to_string(kMaxJsonDepth) + " levels";
+
 // The value at a dotted path, or nullptr when any part of the path is absent.
 const json* find_path(const json& root, std::string_view dotted) {
   const json* node = &root;
@@ -439,10 +457,13 @@ std::string json_path() {
 void apply_json_text(Settings& s, std::string_view text, std::string_view origin, Problems& problems) {
   json root;
   try {
-    root = json::parse(text.begin(), text.end(), nullptr, /*allow_exceptions=*/true,
-                       /*ignore_comments=*/true);
+    root = parse_limited(text, /*ignore_comments=*/true);
   } catch (const json::exception& e) {
     problems.push_back(std::string(origin) + ": not valid JSON (" + e.what() +
+                       "); using built-in defaults for every key");
+    return;
+  } catch (const TooDeep&) {
+    problems.push_back(std::string(origin) + ": not valid JSON (" + kTooDeep +
                        "); using built-in defaults for every key");
     return;
   }
@@ -640,8 +661,14 @@ std::string settings_json(const Settings& s) { return flat_settings(s).dump(); }
 std::string stage_json(std::string_view key, std::string_view value_json) {
   const json known = flat_settings(Settings{});
   if (!known.contains(std::string(key))) return "unknown setting \"" + std::string(key) + "\"";
-  json value = json::parse(value_json.begin(), value_json.end(), nullptr, false);
-  if (value.is_discarded()) return "not a JSON value: " + std::string(value_json);
+  json value;
+  try {
+    value = parse_limited(value_json, /*ignore_comments=*/false);
+  } catch (const json::exception&) {
+    return "not a JSON value: " + std::string(value_json);
+  } catch (const TooDeep&) {
+    return "not a JSON value: " + kTooDeep;
+  }
   // Try it on top of what the next open would resolve. Values staged earlier were accepted,
   // so a problem line from the "API" origin is about this one.
   Staged trial = copy_staged();

@@ -143,6 +143,9 @@ TEST(BenchJobFile, MalformedLinesNameTheirLine) {
   EXPECT_TRUE(starts_with(parse_error("[j\"1]\n"), "t.gdsio:1: section name"));
   EXPECT_TRUE(starts_with(parse_error("[job1]\n=4K\n"), "t.gdsio:2: missing key"));
   EXPECT_TRUE(starts_with(parse_error("[job1]\nbs=\n"), "t.gdsio:2: bs has no value"));
+  // A NUL byte would cut the value short where it becomes a C string (found by fuzzing).
+  EXPECT_TRUE(starts_with(parse_error(std::string("[job1]\nnum_threads=16\0x\n", 24)),
+                          "t.gdsio:2: a NUL byte at column 15"));
 }
 
 TEST(BenchJobFile, SettingsNeedASection) {

@@ -1,7 +1,8 @@
 // End of file (matrix rows 13-15): a read crossing EOF returns the bytes up to EOF, a read at or
-// past EOF returns 0, and the caller's bytes past the returned count stay as they were. A file
-// truncated by another thread during a large read gives a short count or an error, never a
-// crash, and never bytes that the file did not hold.
+// past EOF returns 0 (as does any request of 0 bytes, with no kernel call), and the
+// caller's bytes past the returned count stay as they were. A file truncated by another
+// thread during a large read gives a short count or an error, never a crash, and never bytes
+// that the file did not hold.
 //
 // Method: real files; the destination is pre-filled with a sentinel byte. The truncation test
 // slows reads down with FaultyOs (short transfers and a delay) so that the cut lands inside
@@ -59,6 +60,25 @@ class Eof : public FaultIo {
     GuardedBuffer b(16, 0);
     EXPECT_EQ(read(b, 0, 0), 0);  // an empty read is no error
     EXPECT_TRUE(b.guards_intact());
+  }
+
+  // Row 14: a request of 0 bytes makes no kernel call at all. Rules with probability 0 count
+  // every kernel read and write (of either engine) without faulting them. (A read at or past
+  // EOF does ask the kernel: the file may have grown since gpufile last saw its size.)
+  void zero_size_calls_no_kernel() {
+    const size_t reads = faults.add({.op = FaultOp::any_read, .times = FaultRule::persistent,
+                                     .probability = 0.0});
+    const size_t writes = faults.add({.op = FaultOp::any_write, .times = FaultRule::persistent,
+                                      .probability = 0.0});
+    GuardedBuffer b(16, 0);
+    for (uint64_t start : {uint64_t{0}, off(), file_size, file_size + 12345}) {
+      EXPECT_EQ(read(b, start, 0), 0) << "at " << start << ", errno " << errno;
+      EXPECT_EQ(write(b, start, 0), 0) << "at " << start << ", errno " << errno;
+    }
+    EXPECT_EQ(faults.seen(reads), 0u) << "kernel reads issued for 0 bytes";
+    EXPECT_EQ(faults.seen(writes), 0u) << "kernel writes issued for 0 bytes";
+    EXPECT_TRUE(b.guards_intact());
+    expect_file_matches_shadow();  // a write of 0 bytes past EOF does not extend the file
   }
 
   // Slows every kernel read down and cuts the file at a random moment inside the read.
@@ -127,12 +147,14 @@ class DirectEof : public Eof {
 TEST_P(Eof, ReadCrossingEofReturnsBytesUpToEof) { read_crossing_eof(); }
 TEST_P(Eof, ReadAtOrPastEofReturnsZero) { read_at_and_past_eof(); }
 TEST_P(Eof, TruncatedDuringReadGivesShortCountOrError) { truncated_during_read(); }
+TEST_P(Eof, ZeroSizeRequestsMakeNoKernelCall) { zero_size_calls_no_kernel(); }
 
 // O_DIRECT moves whole blocks: the block holding EOF must not spill past EOF into the caller's
 // buffer.
 TEST_P(DirectEof, ReadCrossingEofReturnsBytesUpToEof) { read_crossing_eof(); }
 TEST_P(DirectEof, ReadAtOrPastEofReturnsZero) { read_at_and_past_eof(); }
 TEST_P(DirectEof, TruncatedDuringReadGivesShortCountOrError) { truncated_during_read(); }
+TEST_P(DirectEof, ZeroSizeRequestsMakeNoKernelCall) { zero_size_calls_no_kernel(); }
 
 INSTANTIATE_TEST_SUITE_P(Matrix, Eof, all_cases(), case_name);
 INSTANTIATE_TEST_SUITE_P(Matrix, DirectEof, all_cases(), case_name);

@@ -207,6 +207,29 @@ TEST_F(ConfigTest, BrokenJsonFallsBackToDefaults) {
   EXPECT_EQ(r.settings.max_io_threads, Settings{}.max_io_threads);
 }
 
+// A value nested 200,000 levels deep on a known key overflowed the stack when its problem line
+// dumped it (found by fuzzing). Such a file is refused whole, and so is such a staged value.
+TEST_F(ConfigTest, DeeplyNestedJsonIsRefusedNotRecursedInto) {
+  const size_t depth = 200000;
+  write_json(R"({"profile": {"cufile_stats": )" + std::string(depth, '[') +
+             std::string(depth, ']') + "}}");
+  Resolution r = resolve();
+  ASSERT_EQ(r.problems.size(), 1u);
+  EXPECT_NE(r.problems[0].find("not valid JSON (nested deeper than 64 levels)"), std::string::npos)
+      << r.problems[0];
+  EXPECT_EQ(r.settings.stats_level, Settings{}.stats_level);
+  // The limit is far above what a cufile.json needs: 60 levels is read, and reported as the
+  // wrong type for the key.
+  write_json(R"({"profile": {"cufile_stats": )" + std::string(60, '[') + std::string(60, ']') +
+             "}}");
+  r = resolve();
+  ASSERT_EQ(r.problems.size(), 1u);
+  EXPECT_NE(r.problems[0].find("invalid value for profile.cufile_stats"), std::string::npos)
+      << r.problems[0];
+  EXPECT_EQ(stage_json("profile.cufile_stats", std::string(depth, '[') + std::string(depth, ']')),
+            "not a JSON value: nested deeper than 64 levels");
+}
+
 TEST_F(ConfigTest, MissingFileNamedByTheEnvironmentIsReported) {
   setenv("CUFILE_ENV_PATH_JSON", (dir_ / "absent.json").c_str(), 1);
   EXPECT_EQ(json_path(), (dir_ / "absent.json").string());
