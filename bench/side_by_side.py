@@ -436,7 +436,7 @@ class Run:
         add = lambda loader, res: self.add(case, loader, res, ceiling)
         # Not recorded, a write that puts every loader after the first one: on the H100 machine
         # the first 4 GiB /dev/shm write of a run went at 1.86-1.87 GiB/s twice, later ones at
-        # 2.5-2.9 (bench/probe_tuning.sh and this harness), and the first row was gpufile's.
+        # 2.5-2.9 (bench/probe_tuning.sh of commit b585783, and this harness), and the first row was gpufile's.
         self.compare_run("naive-write", path)
         add("gpufile (cuFileWrite)", self.compare_run("gpufile-write", path))
         for loader, spec in (("libcufile 1.15 (NVIDIA)", {"kind": "libcufile", "lib": self.args.libcufile}),
