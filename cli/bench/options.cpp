@@ -95,7 +95,7 @@ void print_usage(FILE* f) {
       "            one measurement per (IO size, threads) with the other flags as given\n"
       "            (-T per point; without -T one pass over -s), each printing its line\n"
       "  --csv PATH  write every measurement as a CSV row (also without a sweep)\n"
-      "  --png PATH  write a chart: GiB/s against IO size, a line per thread count\n"
+      "            (draw it: python -m gpufile.plot PATH.csv -o chart.png)\n"
       "  JOBFILE   gdsio's job file: [global] then [job1], [job2]...; the jobs run at once\n"
       "            and one line sums them up (docs/bench.md lists the keys)\n"
       "  -J        with a job file, also each job's own line, before the total\n",
@@ -212,7 +212,11 @@ bool apply_flag(int c, const char* arg, Options* o, std::string* why) {
     case kSweepIo: return parse_size_list(arg, &o->sweep_io);
     case kSweepThreads: return parse_count_list(arg, &o->sweep_threads);
     case kCsv: o->csv_path = arg; return !o->csv_path.empty();
-    case kPng: o->png_path = arg; return !o->png_path.empty();
+    case kPng:  // the PNG chart moved to Python: point old command lines there
+      std::fprintf(stderr, "gpufile bench: --png is gone: write --csv and draw it with "
+                           "`python -m gpufile.plot FILE.csv -o %s` (pip install 'gpufile[plot]')\n",
+                   arg);
+      return false;
     case 'h': o->help = true; return true;
     default: return false;
   }

@@ -70,7 +70,6 @@ struct Options {
   std::vector<uint64_t> sweep_io;  // --sweep-io
   std::vector<int> sweep_threads;  // --sweep-threads
   std::string csv_path;            // --csv: a row per measurement
-  std::string png_path;            // --png: GiB/s against IO size, a line per thread count
   bool per_job_stats = false;      // -J: with a job file, each job's line before the total
   std::string job_file;            // `gpufile bench JOBFILE`: every run setting comes from it
   bool help = false;

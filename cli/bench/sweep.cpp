@@ -70,11 +70,6 @@ std::vector<IoSizes> io_points(const Options& o) {
   return sizes;
 }
 
-std::string series_name(const Result& r) {
-  if (is_batch(r.xfer)) return "depth " + std::to_string(r.threads);
-  return std::to_string(r.threads) + (r.threads == 1 ? " thread" : " threads");
-}
-
 }  // namespace
 
 std::vector<Options> sweep_points(const Options& o) {
@@ -92,32 +87,7 @@ std::vector<Options> sweep_points(const Options& o) {
 }
 
 bool outputs_writable(const Options& o) {
-  return (o.csv_path.empty() || writable("--csv", o.csv_path)) &&
-         (o.png_path.empty() || writable("--png", o.png_path));
-}
-
-Chart sweep_chart(const std::vector<Result>& results) {
-  Chart chart;
-  if (!results.empty()) {
-    const Result& first = results.front();
-    chart.title = std::string("gpufile bench: ") + io_label(first.type) + ", " +
-                  xfer_label(first.xfer) + " (-x " +
-                  std::to_string(static_cast<int>(first.xfer)) + ")";
-  }
-  chart.x_label = "IO size";
-  chart.y_label = "GiB/s";
-  chart.log2_x = true;
-  std::map<int, size_t> series_of;  // threads -> index, in the order they were measured
-  for (const Result& r : results) {
-    auto [it, added] = series_of.try_emplace(r.threads, chart.series.size());
-    if (added) chart.series.push_back(ChartSeries{series_name(r), {}});
-    chart.series[it->second].points.push_back(
-        ChartPoint{static_cast<double>(r.io_size), gib_per_sec(r)});
-  }
-  for (ChartSeries& s : chart.series)  // lines run left to right whatever order -i came in
-    std::sort(s.points.begin(), s.points.end(),
-              [](const ChartPoint& a, const ChartPoint& b) { return a.x < b.x; });
-  return chart;
+  return o.csv_path.empty() || writable("--csv", o.csv_path);
 }
 
 bool write_outputs(const Options& o, const std::vector<Result>& results) {
@@ -125,14 +95,6 @@ bool write_outputs(const Options& o, const std::vector<Result>& results) {
     std::string csv = csv_header();
     for (const Result& r : results) csv += csv_row(r);
     if (!write_atomically("--csv", o.csv_path, csv.data(), csv.size())) return false;
-  }
-  if (!o.png_path.empty()) {
-    const std::vector<uint8_t> png = render_png(sweep_chart(results));
-    if (png.empty()) {
-      std::fprintf(stderr, "gpufile bench: cannot draw the --png chart from these results\n");
-      return false;
-    }
-    if (!write_atomically("--png", o.png_path, png.data(), png.size())) return false;
   }
   return true;
 }

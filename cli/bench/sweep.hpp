@@ -1,5 +1,6 @@
-// Sweeps (--sweep-io, --sweep-threads) and their files (--csv, --png). A run without sweep
-// flags is a sweep of one point, so --csv and --png work there too.
+// Sweeps (--sweep-io, --sweep-threads) and their CSV file (--csv). A run without sweep flags
+// is a sweep of one point, so --csv works there too. Charts are drawn from the CSV by
+// `python -m gpufile.plot` (python/gpufile/plot.py).
 #pragma once
 
 #include <string>
@@ -7,7 +8,6 @@
 
 #include "cli/bench/options.hpp"
 #include "cli/bench/report.hpp"
-#include "cli/chart.hpp"
 
 namespace gpufile::cli::benchmark {
 
@@ -15,14 +15,11 @@ namespace gpufile::cli::benchmark {
 // outermost, each list in the order given; the missing axis is -i or -w.
 std::vector<Options> sweep_points(const Options& o);
 
-// Whether --csv and --png can be written (their directories take a new file), checked before
-// any measurement; false with a message.
+// Whether --csv can be written (its directory takes a new file), checked before any
+// measurement; false with a message.
 bool outputs_writable(const Options& o);
 
-// The chart of a sweep: GiB/s against IO size (log2 axis), one line per thread count.
-Chart sweep_chart(const std::vector<Result>& results);
-
-// Writes --csv and --png (those given) from the results; false with a message.
+// Writes --csv (when given) from the results; false with a message.
 bool write_outputs(const Options& o, const std::vector<Result>& results);
 
 }  // namespace gpufile::cli::benchmark

@@ -5,7 +5,7 @@ usage: bench_test.py GPUFILE [--quick]
 
 Runs the CLI binary as a user would and checks what it prints: the gdsio result line for every
 transfer type, the verification pass, --json, corruption detection, the progress line, sweeps
-with their CSV and PNG files, -i MIN:MAX:STEP ranges, job files (and the shipped examples),
+with their CSV files, -i MIN:MAX:STEP ranges, job files (and the shipped examples),
 and flag errors. With the CUDA driver test
 double the "GPU" buffers are the double's device memory; --quick is the smaller set run with
 no driver at all, where host memory stands in for the GPU.
@@ -310,23 +310,15 @@ def read_csv(path):
         return list(csv.DictReader(f))
 
 
-def png_size(path):
-    """(width, height) from the IHDR chunk, or None when the file is no PNG."""
-    with open(path, "rb") as f:
-        head = f.read(24)
-    if head[:8] != b"\x89PNG\r\n\x1a\n" or head[12:16] != b"IHDR":
-        return None
-    return struct.unpack(">II", head[16:24])
-
-
 def sweeps(tmp):
     """One measurement per (IO size, threads), each with its result line, then a CSV row
-    per measurement and a chart; random and batch sweeps too."""
+    per measurement; random and batch sweeps too. (Charts: python -m gpufile.plot, tested in
+    tests/python/test_plot.py.)"""
     path = os.path.join(tmp, "sweep")
-    out_csv, out_png = os.path.join(tmp, "sweep.csv"), os.path.join(tmp, "sweep.png")
+    out_csv = os.path.join(tmp, "sweep.csv")
     sizes, threads = [64 * 1024, 256 * 1024, MIB], [1, 2]
     r = bench("-f", path, "-s", FILE_SIZE, "-x", 0, "-I", 1, "-V", "--sweep-io", "64K,256K,1M",
-              "--sweep-threads", "1,2", "--csv", out_csv, "--png", out_png)
+              "--sweep-threads", "1,2", "--csv", out_csv)
     if not check(r.returncode == 0, f"sweep: rc {r.returncode}: {r.stderr}"):
         return
     lines = result_lines(r.stdout)
@@ -349,7 +341,6 @@ def sweeps(tmp):
         check(float(row["iops"]) > 0 and
               0 < float(row["p50_us"]) <= float(row["p99_us"]) <= float(row["max_us"]),
               f"csv iops and percentiles: {row}")
-    check(png_size(out_png) == (960, 600), f"png signature and IHDR: {png_size(out_png)}")
     check(not [n for n in os.listdir(tmp) if ".tmp." in n], "no temporary files left")
 
     # Random IO and a batch type: --sweep-threads alone, -i fixed; depth in io_depth.
@@ -363,17 +354,19 @@ def sweeps(tmp):
 
 
 def unwritable_output_fails_first(tmp):
-    """An unwritable --csv or --png is an error before anything runs: the write never starts."""
+    """An unwritable --csv is an error before anything runs: the write never starts. --png is
+    gone (charts are drawn by python -m gpufile.plot): refused with a pointer there."""
     never = os.path.join(tmp, "never-written")
-    for flag in ("--csv", "--png"):
-        r = bench("-f", never, "-s", FILE_SIZE, "-i", MIB, "-I", 1, "--sweep-io", "64K,1M",
-                  flag, os.path.join(tmp, "no-such-dir", "out"))
-        check(r.returncode == 1 and f"cannot write {flag}" in r.stderr,
-              f"{flag} unwritable: rc {r.returncode}: {r.stderr}")
-        check("IoType:" not in r.stdout and not os.path.exists(never),
-              f"{flag} unwritable: nothing ran")
+    r = bench("-f", never, "-s", FILE_SIZE, "-i", MIB, "-I", 1, "--sweep-io", "64K,1M",
+              "--csv", os.path.join(tmp, "no-such-dir", "out"))
+    check(r.returncode == 1 and "cannot write --csv" in r.stderr,
+          f"--csv unwritable: rc {r.returncode}: {r.stderr}")
+    check("IoType:" not in r.stdout and not os.path.exists(never), "--csv unwritable: nothing ran")
     r = bench("-f", never, "-s", FILE_SIZE, "-i", MIB, "-I", 1, "--csv", tmp)
     check(r.returncode == 1 and "directory" in r.stderr, f"--csv DIR: {r.stderr}")
+    r = bench("-f", never, "-s", FILE_SIZE, "-i", MIB, "-I", 1, "--png", os.path.join(tmp, "c.png"))
+    check(r.returncode == 2 and "python -m gpufile.plot" in r.stderr and not os.path.exists(never),
+          f"--png refused with a pointer to gpufile.plot: rc {r.returncode}: {r.stderr}")
 
 
 def bad_flags_give_usage(path):
