@@ -8,11 +8,15 @@
 // its first malloc of that size (seen under ASan, whose allocator does not lock around fork).
 // Runtime parks the workers around fork() (src/exec/executor.hpp); the tests below fork at
 // every phase of a transfer, right after an open, from a completion callback and with the
-// driver closed. The forking thread never allocates concurrently with the fork itself: other
-// threads of a test that malloc while it forks would hang an ASan child on their own.
+// driver closed. No other thread of a test allocates while it forks (other threads of a test
+// that malloc while it forks would hang an ASan child on their own): the watchdog's thread is
+// through its start-up before its constructor returns, and a fork from a completion callback
+// waits until the test's thread is done submitting. A child that hangs all the same is not
+// just killed: the parent prints its threads' stacks first (expect_child_ok).
 #include <cufile.h>
 #include <fcntl.h>
 #include <gtest/gtest.h>
+#include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -42,7 +46,9 @@ enum ChildExit { kOk = 0, kOldHandleNotRefused = 2, kRegisterFailed = 3, kReadWr
 // there the new session may fail to open: that must be a clean error, not a hang. Host-only
 // (as in CI), the child must be able to start over completely.
 int child(int fd, CUfileHandle_t inherited, const std::vector<char>& want) {
-  alarm(20);  // a hang ends the child with SIGALRM, which the parent reports
+  // A hang ends the child with SIGALRM should its parent be gone; the parent gives up on it
+  // sooner (kChildLimit), with its stacks.
+  alarm(60);
   const bool cuda_loaded = gpufile::cuda::driver() != nullptr;
   std::vector<char> got(want.size());
   ssize_t n = cuFileRead(inherited, got.data(), got.size(), 0, 0);
@@ -88,11 +94,27 @@ CUfileHandle_t register_fd(int fd) {
   return h;
 }
 
-// Waits for a child running child() and checks how it ended.
+// Waits for a child running child() and checks how it ended. A child still running after
+// kChildLimit is hung: its threads' stacks are printed (gdb, where installed) before it is
+// killed, so that a hang in CI carries its own diagnosis. This also catches a child stuck before
+// it reaches its alarm() (in fork()'s own handlers), which the alarm cannot end.
+constexpr auto kChildLimit = std::chrono::seconds(20);
+
 void expect_child_ok(pid_t pid) {
   ASSERT_GT(pid, 0);
   int status = 0;
-  ASSERT_EQ(waitpid(pid, &status, 0), pid);
+  const auto deadline = std::chrono::steady_clock::now() + kChildLimit;
+  pid_t r;
+  while ((r = waitpid(pid, &status, WNOHANG)) == 0 && std::chrono::steady_clock::now() < deadline)
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  if (r == 0) {
+    test_support::dump_stacks(pid, "the hung child");
+    kill(pid, SIGKILL);
+    waitpid(pid, &status, 0);
+    FAIL() << "the child still ran after " << kChildLimit.count()
+           << " s: a hang (its stacks are printed above)";
+  }
+  ASSERT_EQ(r, pid);
   EXPECT_TRUE(WIFEXITED(status)) << "child ended by signal " << WTERMSIG(status)
                                  << (WTERMSIG(status) == SIGALRM ? " (it hung)" : "");
   EXPECT_EQ(WEXITSTATUS(status), kOk) << "see ChildExit in test_fork.cpp";
@@ -220,7 +242,12 @@ TEST_F(ForkOneFile, FromACompletionCallback) {
   ASSERT_FALSE(rt.prepare(gpufile::sys::IoKind::read, h, a.data(), kSize, 0, 0, &forking));
   ASSERT_FALSE(rt.prepare(gpufile::sys::IoKind::read, h, b.data(), kSize, 0, 0, &busy));
   std::atomic<pid_t> pid{0};
+  // The test's own thread allocates while it submits (the executor's list of jobs): the
+  // callback forks only once it waits, allocating nothing (see the top of this file; the
+  // library parks its workers, not its callers' threads).
+  std::atomic<bool> submitted{false};
   forking->job.on_complete = [&](gpufile::exec::Job&) {
+    submitted.wait(false);
     pid_t p = fork();
     if (p == 0) _exit(child(in.fd, h, in.data));
     pid.store(p < 0 ? -1 : p);
@@ -228,6 +255,8 @@ TEST_F(ForkOneFile, FromACompletionCallback) {
   };
   rt.submit(*forking);
   rt.submit(*busy);
+  submitted.store(true);
+  submitted.notify_all();
   pid.wait(0);
   ASSERT_NO_FATAL_FAILURE(expect_child_ok(pid.load()));
   busy->job.wait();
