@@ -106,6 +106,7 @@ void SimBuffer::copy_in(size_t at, const void* src, size_t n) {
 }
 
 void SimBuffer::put(size_t off, const void* src, size_t n) {
+  if (n == 0) return;  // src may be null then
   const size_t at = kGuard + misalign_ + off;
   std::memcpy(mirror_.data() + at, src, n);
   copy_in(at, src, n);
@@ -118,6 +119,7 @@ std::vector<uint8_t> SimBuffer::get(size_t off, size_t n) const {
 }
 
 void SimBuffer::accept(size_t off, const std::vector<uint8_t>& now) {
+  if (now.empty()) return;
   std::memcpy(mirror_.data() + kGuard + misalign_ + off, now.data(), now.size());
 }
 

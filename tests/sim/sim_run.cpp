@@ -702,7 +702,7 @@ void Actor::settle_write(const Transfer& t, Outcome o, ssize_t n, int err, const
   if (o == Outcome::done) {
     if (n != static_cast<ssize_t>(t.len))
       return run_.violation(id_, what + ": returned " + std::to_string(n) + ", expected " + std::to_string(t.len) + " (a write is never short)");
-    std::memcpy(f.bytes.data() + t.off, t.data.data(), t.len);
+    if (t.len) std::memcpy(f.bytes.data() + t.off, t.data.data(), t.len);
     return;
   }
   if (o == Outcome::failed && !allowed(true, err))
@@ -716,7 +716,7 @@ void Actor::settle_write(const Transfer& t, Outcome o, ssize_t n, int err, const
     if (disk[i] != f.bytes[t.off + i] && disk[i] != t.data[i])
       return run_.violation(id_, what + ": after the failed write, file byte " + std::to_string(t.off + i) + " is " + std::to_string(disk[i]) + ": neither its old value " + std::to_string(f.bytes[t.off + i]) + " nor the new " + std::to_string(t.data[i]));
   }
-  std::memcpy(f.bytes.data() + t.off, disk.data(), t.len);
+  if (t.len) std::memcpy(f.bytes.data() + t.off, disk.data(), t.len);
 }
 
 void Actor::op_read_or_write(bool write) {
