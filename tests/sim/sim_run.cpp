@@ -101,6 +101,7 @@ struct Plan {
   bool uring_refused = false;  // every io_uring set-up fails: the engine must be posix
   bool forks = false;          // actor 0 may fork while others run IO
   bool fstat_faults = false;   // fstat may fail: then so may a submission (it checks the fd)
+  bool cuda_faults = false;    // threads arm failures of the driver's async copies (fakecuda)
   std::vector<uint64_t> file_sizes;
   std::vector<PhasePlan> phases;
   std::vector<NamedRule> rules;
@@ -118,6 +119,7 @@ std::string Plan::describe() const {
     s += "  phase " + std::to_string(i) + (phases[i].reopen || i == 0 ? ": open " : ": same ") +
          phases[i].session.describe() + (phases[i].fork_before ? ", fork first" : "") + "\n";
   for (size_t i = 0; i < rules.size(); ++i) s += "  rule " + std::to_string(i) + ": " + rules[i].name + "\n";
+  if (cuda_faults) s += "  threads make the driver's async copies fail now and then\n";
   return s;
 }
 
@@ -281,6 +283,8 @@ Plan make_plan(uint64_t seed) {
   p.forks = r.chance(0.1);
   draw_benign_faults(r, p);
   if (p.hard) draw_hard_faults(r, p);
+  // From a stream of its own, so that the plans of older seeds stay what they were.
+  p.cuda_faults = p.hard && Rng(seed ^ 0xc0da'0000'0000'0002ull).chance(0.35);
   const int phases = static_cast<int>(r.between(1, 4));
   for (int i = 0; i < phases; ++i) {
     PhasePlan ph;
@@ -395,6 +399,7 @@ class Actor {
   void op_buffer_churn();
   void op_truncate_under_read();
   void op_fork();
+  void op_arm_cuda_fault();
 
   bool draw_transfer(Transfer& t, bool write, size_t max_len);
   bool open_fd(int file, int kind);
@@ -454,7 +459,14 @@ class Run {
   void run_phase(int phase);
   void check_files();
   void fork_between_phases();
-  void check_leaks(int fds_before);
+  // What the process holds with the driver closed: fds, and the driver double's live counts.
+  struct Holdings {
+    int fds = 0;
+    size_t bytes[4] = {};
+    int streams = 0;
+  };
+  static Holdings holdings();
+  void check_leaks(const Holdings& before);
 
   std::string dir_;
   std::atomic<bool> failed_{false};
@@ -507,7 +519,20 @@ bool Actor::setup() {
 
 bool Actor::allowed(bool write, int err) const {
   if (!run_.plan.hard) return false;
+  if (run_.plan.cuda_faults && err == CU_FILE_CUDA_DRIVER_ERROR) return true;
   return err == EIO || err == EAGAIN || (write && err == ENOSPC);
+}
+
+// Makes one of the next calls of an async copy function of the driver (whoever's they are) fail:
+// the copies between the staging memory and the GPU, of the workers, the callers and stream ops.
+void Actor::op_arm_cuda_fault() {
+  using FailCall = int(const char*, int, int);
+  static const char* names[] = {"cuMemcpyHtoDAsync", "cuMemcpyDtoHAsync", "cuMemcpyBatchAsync"};
+  static const int results[] = {1 /* INVALID_VALUE */, 2 /* OUT_OF_MEMORY */, 999 /* UNKNOWN */};
+  const char* name = rng_.pick(names);
+  const int nth = static_cast<int>(rng_.between(1, 8)), result = rng_.pick(results);
+  run_.log.add("t" + std::to_string(id_) + " arm: call " + std::to_string(nth) + " of " + name + " from now fails with " + std::to_string(result));
+  if (auto* fail = fake_fn<FailCall>("fakecuda_fail_call")) fail(name, nth, result);
 }
 
 bool Actor::open_fd(int file, int kind) {
@@ -592,6 +617,7 @@ void Actor::one_op() {
   if (roll < 92) return op_buffer_churn();
   if (roll < 97) return op_truncate_under_read();
   if (id_ == 0 && run_.plan.forks && run_.opts.fork_while_busy) return op_fork();
+  if (run_.plan.cuda_faults) return op_arm_cuda_fault();
   return op_read_or_write(false);
 }
 
@@ -861,11 +887,16 @@ void Actor::op_stream(bool write) {
   CUfileError_t e = write ? cuFileWriteAsync(fh, b.base(), &size, &foff, &boff, &bytes, stream_)
                           : cuFileReadAsync(fh, b.base(), &size, &foff, &boff, &bytes, stream_);
   if (e.err != CU_FILE_SUCCESS) {
-    // Submission checks the fd (fstat) and queues the copies; nothing else of it can fail.
+    // Submission checks the fd (fstat) and queues the copies; nothing else of it can fail. A
+    // refused op must do nothing at all, not even with copies queued before the refusal: once
+    // the stream drained, its range still holds the pattern (the window check below).
     ++calls, ++failed_calls;
     run_.log.add(what + " -> submission failed " + std::to_string(e.err));
-    if (!run_.plan.fstat_faults || e.err != CU_FILE_IO_ERROR)
-      run_.violation(id_, what + ": submission failed with " + std::to_string(e.err));
+    const bool explained = (run_.plan.fstat_faults && e.err == CU_FILE_IO_ERROR) ||
+                           (run_.plan.cuda_faults && e.err == CU_FILE_CUDA_DRIVER_ERROR);
+    if (!explained) run_.violation(id_, what + ": submission failed with " + std::to_string(e.err));
+    cu::driver()->StreamSynchronize(stream_);
+    check_window(t.buf, t.boff, t.len, what + " (refused)");
   } else if (cu::CUresult r = cu::driver()->StreamSynchronize(stream_); r != cu::CUDA_SUCCESS) {
     run_.violation(id_, what + ": cuStreamSynchronize returned " + std::to_string(r));
   } else if (bytes == -77777) {
@@ -1167,27 +1198,35 @@ void Run::run_phase(int phase) {
   if (!failed()) check_files();
 }
 
-void Run::check_leaks(int fds_before) {
-  if (int now = open_fds(); now != fds_before)
-    return violation(-1, "open fds: " + std::to_string(fds_before) + " before the seed, " + std::to_string(now) + " after it (the driver closed)");
+Run::Holdings Run::holdings() {
   using LiveBytes = size_t();
   using LiveCount = int();
-  const struct {
-    const char* name;
-    LiveBytes* fn;
-  } bytes[] = {{"pinned", fake_fn<LiveBytes>("fakecuda_live_pinned_bytes")},
-               {"registered host", fake_fn<LiveBytes>("fakecuda_live_registered_bytes")},
-               {"device", fake_fn<LiveBytes>("fakecuda_live_device_bytes")},
-               {"managed", fake_fn<LiveBytes>("fakecuda_live_managed_bytes")}};
-  for (const auto& b : bytes)
-    if (b.fn && b.fn() != 0) return violation(-1, std::to_string(b.fn()) + " bytes of " + b.name + " memory still held after the driver closed");
-  if (auto* streams = fake_fn<LiveCount>("fakecuda_live_streams"); streams && streams() != 0)
-    return violation(-1, std::to_string(streams()) + " CUDA streams still alive after the driver closed");
+  static const char* names[] = {"fakecuda_live_pinned_bytes", "fakecuda_live_registered_bytes",
+                                "fakecuda_live_device_bytes", "fakecuda_live_managed_bytes"};
+  Holdings h;
+  h.fds = open_fds();
+  for (int i = 0; i < 4; ++i)
+    if (auto* fn = fake_fn<LiveBytes>(names[i])) h.bytes[i] = fn();
+  if (auto* fn = fake_fn<LiveCount>("fakecuda_live_streams")) h.streams = fn();
+  return h;
+}
+
+// Compared with the seed's start, so that one leak fails one seed, not every later one too.
+void Run::check_leaks(const Holdings& before) {
+  const Holdings now = holdings();
+  if (now.fds != before.fds)
+    return violation(-1, "open fds: " + std::to_string(before.fds) + " before the seed, " + std::to_string(now.fds) + " after it (the driver closed)");
+  static const char* kinds[] = {"pinned", "registered host", "device", "managed"};
+  for (int i = 0; i < 4; ++i)
+    if (now.bytes[i] != before.bytes[i])
+      return violation(-1, std::to_string(now.bytes[i]) + " bytes of " + kinds[i] + " memory held after the seed with the driver closed, " + std::to_string(before.bytes[i]) + " before it");
+  if (now.streams != before.streams)
+    return violation(-1, std::to_string(now.streams) + " CUDA streams alive after the seed with the driver closed, " + std::to_string(before.streams) + " before it");
 }
 
 SeedResult Run::execute() {
   SeedResult result;
-  const int fds_before = open_fds();
+  const Holdings before = holdings();
   g_current_run.store(this);
   {
     gpufile::sys::ScopedOs installed(faults);
@@ -1209,8 +1248,10 @@ SeedResult Run::execute() {
     }
   }
   result.faults = faults.fired_total();
+  using Reset = void();
+  if (auto* reset = fake_fn<Reset>("fakecuda_reset_faults")) reset();  // none left for the next seed
   remove_files();
-  if (!failed()) check_leaks(fds_before);
+  if (!failed()) check_leaks(before);
   g_current_run.store(nullptr);
   result.ok = !failed();
   if (!result.ok) report("");
