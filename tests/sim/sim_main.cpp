@@ -111,7 +111,10 @@ constexpr bool kSanitized =
 int main(int argc, char** argv) {
   Args a;
   if (!parse(argc, argv, &a)) {
-    std::fprintf(stderr, "usage: %s [--seed=N | --seeds=A:B | --seeds=A: --minutes=M] [--verbose] [--keep-going]\n", argv[0]);
+    std::fprintf(stderr,
+                 "usage: %s [--seed=N | --seeds=A:B | --seeds=A: --minutes=M] [--verbose] "
+                 "[--keep-going]\n",
+                 argv[0]);
     return 2;
   }
   use_empty_config();
@@ -125,26 +128,33 @@ int main(int argc, char** argv) {
   a.opts.fork_while_busy = !kSanitized;
   a.opts.time_scale = kSanitized ? 4.0 : 1.0;
 
-  const auto t0 = std::chrono::steady_clock::now();
-  const auto elapsed = [&] { return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(); };
+  using Clock = std::chrono::steady_clock;
+  const auto seconds_since = [](Clock::time_point t) {
+    return std::chrono::duration<double>(Clock::now() - t).count();
+  };
+  const auto t0 = Clock::now();
+  const auto elapsed = [&] { return seconds_since(t0); };
   uint64_t seeds = 0, failed = 0, calls = 0, failed_calls = 0, faults = 0;
   for (uint64_t seed = a.first;; ++seed) {
     if (a.minutes > 0 && elapsed() > a.minutes * 60) break;
-    const auto s0 = std::chrono::steady_clock::now();
+    const auto s0 = Clock::now();
     sim::SeedResult r = sim::run_seed(seed, a.opts);
     ++seeds;
     calls += r.calls, failed_calls += r.failed_calls, faults += r.faults;
     if (a.opts.verbose)
-      std::printf("seed %" PRIu64 ": %s, %" PRIu64 " calls (%" PRIu64 " failed as allowed), %" PRIu64 " faults, %.3f s\n", seed,
-                  r.ok ? "ok" : "FAILED", r.calls, r.failed_calls, r.faults,
-                  std::chrono::duration<double>(std::chrono::steady_clock::now() - s0).count());
+      std::printf("seed %" PRIu64 ": %s, %" PRIu64 " calls (%" PRIu64 " failed as allowed), %"
+                  PRIu64 " faults, %.3f s\n",
+                  seed, r.ok ? "ok" : "FAILED", r.calls, r.failed_calls, r.faults,
+                  seconds_since(s0));
     if (!r.ok) {
       ++failed;
       if (!a.keep_going) break;
     }
     if (seed == a.last) break;
   }
-  std::printf("sim: %" PRIu64 " seeds from %" PRIu64 ", %" PRIu64 " failed; %" PRIu64 " IO calls (%" PRIu64 " failed as the faults allowed), %" PRIu64 " faults injected, %.1f s\n",
+  std::printf("sim: %" PRIu64 " seeds from %" PRIu64 ", %" PRIu64 " failed; %" PRIu64
+              " IO calls (%" PRIu64 " failed as the faults allowed), %" PRIu64
+              " faults injected, %.1f s\n",
               seeds, a.first, failed, calls, failed_calls, faults, elapsed());
   return failed ? 1 : 0;
 }

@@ -48,6 +48,7 @@
 #include "cuda/driver.hpp"
 #include "exec/runtime.hpp"
 #include "sim_buffer.hpp"
+#include "sim_plan.hpp"
 #include "sim_support.hpp"
 #include "sys/faulty_os.hpp"
 
@@ -55,246 +56,11 @@ namespace sim {
 namespace {
 
 namespace cu = gpufile::cuda;
-using gpufile::sys::FaultAction;
 using gpufile::sys::FaultOp;
-using gpufile::sys::FaultRule;
 
-constexpr size_t KiB = 1024;
 constexpr size_t kBufferSize = 256 * KiB;  // each actor buffer's usable bytes
 constexpr int kBuffersPerActor = 2;
 constexpr int kMainSlot = 0;  // monitor slot of the main thread; actor i uses slot i + 1
-
-// ---- the plan ----------------------------------------------------------------------------------
-
-struct SessionConfig {
-  std::string engine = "auto";
-  std::string direct_io = "auto";
-  int workers = 2, slab_kb = 64, small_io_kb = 64, min_chunk_kb = 16, slabs_per_worker = 2,
-      ring_depth = 64;
-  std::string describe() const {
-    char s[200];
-    std::snprintf(s, sizeof s,
-                  "engine=%s direct_io=%s workers=%d slab=%dK small_io=%dK min_chunk=%dK "
-                  "slabs/worker=%d ring=%d",
-                  engine.c_str(), direct_io.c_str(), workers, slab_kb, small_io_kb, min_chunk_kb,
-                  slabs_per_worker, ring_depth);
-    return s;
-  }
-};
-
-struct PhasePlan {
-  bool reopen = false;       // close the driver before the phase and open it with `session`
-  bool fork_before = false;  // fork while every actor waits between phases
-  SessionConfig session;
-};
-
-struct NamedRule {
-  std::string name;
-  FaultRule rule;
-};
-
-struct Plan {
-  uint64_t seed = 0;
-  int actors = 3;
-  int ops_per_phase = 16;
-  bool hard = false;
-  bool uring_refused = false;  // every io_uring set-up fails: the engine must be posix
-  bool forks = false;          // actor 0 may fork while others run IO
-  bool fstat_faults = false;   // fstat may fail: then so may a submission (it checks the fd)
-  bool cuda_faults = false;    // threads arm failures of the driver's async copies (fakecuda)
-  std::vector<uint64_t> file_sizes;
-  std::vector<PhasePlan> phases;
-  std::vector<NamedRule> rules;
-
-  std::string describe() const;
-};
-
-std::string Plan::describe() const {
-  std::string s = "  " + std::to_string(actors) + " threads, " + std::to_string(phases.size()) +
-                  " phases of " + std::to_string(ops_per_phase) + " ops each, " +
-                  (hard ? "hard" : "benign") + " faults, files of";
-  for (uint64_t z : file_sizes) s += " " + std::to_string(z);
-  s += " bytes\n";
-  for (size_t i = 0; i < phases.size(); ++i)
-    s += "  phase " + std::to_string(i) + (phases[i].reopen || i == 0 ? ": open " : ": same ") +
-         phases[i].session.describe() + (phases[i].fork_before ? ", fork first" : "") + "\n";
-  for (size_t i = 0; i < rules.size(); ++i) s += "  rule " + std::to_string(i) + ": " + rules[i].name + "\n";
-  if (cuda_faults) s += "  threads make the driver's async copies fail now and then\n";
-  return s;
-}
-
-SessionConfig draw_session(Rng& r, bool uring_refused) {
-  SessionConfig c;
-  static const char* engines[] = {"auto", "posix", "io_uring"};
-  c.engine = engines[r.below(3)];
-  if (uring_refused && c.engine == std::string("io_uring")) c.engine = "auto";
-  static const char* direct[] = {"auto", "always", "never"};
-  c.direct_io = r.pick(direct);
-  static const int slabs[] = {4, 16, 64, 256};
-  c.slab_kb = r.pick(slabs);
-  c.workers = static_cast<int>(r.between(1, 4));
-  static const int small[] = {0, 4, 16, 64};
-  c.small_io_kb = r.pick(small);
-  static const int chunks[] = {4, 8, 16, 64};
-  c.min_chunk_kb = std::min(r.pick(chunks), c.slab_kb);
-  c.slabs_per_worker = static_cast<int>(r.between(1, 3));
-  static const int rings[] = {1, 2, 8, 64};
-  c.ring_depth = r.pick(rings);
-  return c;
-}
-
-std::string errno_name(int e) {
-  switch (e) {
-    case EIO: return "EIO";
-    case EINTR: return "EINTR";
-    case EAGAIN: return "EAGAIN";
-    case EINVAL: return "EINVAL";
-    case ENOSPC: return "ENOSPC";
-    case EPERM: return "EPERM";
-    case ENOSYS: return "ENOSYS";
-    case ENOMEM: return "ENOMEM";
-    case EOPNOTSUPP: return "EOPNOTSUPP";
-    default: return std::to_string(e);
-  }
-}
-
-const char* op_name(FaultOp op) {
-  static const char* names[] = {"open",       "pread",      "pwrite",      "fstat",
-                                "uring_init", "uring_read", "uring_write", "cachestat",
-                                "dio_align",  "any_read",   "any_write",   "pread_cached"};
-  return names[static_cast<int>(op)];
-}
-
-void add_rule(Plan& p, FaultRule r) {
-  char s[200];
-  const char* what[] = {"fail", "short", "delay", "corrupt"};
-  std::snprintf(s, sizeof s, "%s%s p=%.3f nth=%" PRIu64 " times=%s %s %s", op_name(r.op),
-                r.direct_only ? " (O_DIRECT)" : "", r.probability, r.nth,
-                r.times == FaultRule::persistent ? "all" : std::to_string(r.times).c_str(),
-                what[static_cast<int>(r.action)],
-                r.action == FaultAction::fail       ? errno_name(r.err).c_str()
-                : r.action == FaultAction::short_io ? std::to_string(r.limit).c_str()
-                : r.action == FaultAction::delay    ? (std::to_string(r.delay_us) + "us").c_str()
-                                                    : "");
-  p.rules.push_back({s, std::move(r)});
-}
-
-FaultRule prob_rule(FaultOp op, double p, FaultAction a) {
-  FaultRule r;
-  r.op = op;
-  r.probability = p;
-  r.times = FaultRule::persistent;
-  r.action = a;
-  return r;
-}
-
-// Faults the library must hide from its callers entirely.
-void draw_benign_faults(Rng& r, Plan& p) {
-  for (FaultOp op : {FaultOp::any_read, FaultOp::any_write}) {
-    if (r.chance(0.5)) {  // short transfers (a limit of 0 would read as end of file: not a fault)
-      FaultRule f = prob_rule(op, r.uniform(0.05, 0.5), FaultAction::short_io);
-      f.limit = r.chance(0.5) ? r.between(1, 16) : r.between(1, 8192);
-      add_rule(p, f);
-    }
-    if (r.chance(0.35)) {  // interrupted calls
-      FaultRule f = prob_rule(op, r.uniform(0.05, 0.4), FaultAction::fail);
-      f.err = r.chance(0.5) ? EINTR : EAGAIN;
-      add_rule(p, f);
-    }
-    if (r.chance(0.3)) {  // a file that took O_DIRECT at open refuses it at IO time
-      FaultRule f = prob_rule(op, r.uniform(0.1, 1.0), FaultAction::fail);
-      f.direct_only = true;
-      f.err = EINVAL;
-      add_rule(p, f);
-    }
-    if (r.chance(0.2)) {  // slow storage: widens every race
-      FaultRule f = prob_rule(op, r.uniform(0.01, 0.1), FaultAction::delay);
-      f.delay_us = static_cast<uint32_t>(r.between(50, 2000));
-      add_rule(p, f);
-    }
-  }
-  if (r.chance(0.2)) {  // O_DIRECT refused when the library reopens a file
-    FaultRule f = prob_rule(FaultOp::open, r.uniform(0.3, 1.0), FaultAction::fail);
-    f.direct_only = true;
-    f.err = EINVAL;
-    add_rule(p, f);
-  }
-  if (r.chance(0.25)) {  // io_uring refused (seccomp, sysctl, memlock)
-    FaultRule f = prob_rule(FaultOp::uring_init, 1.0, FaultAction::fail);
-    static const int errs[] = {EPERM, ENOSYS, ENOMEM};
-    f.err = r.pick(errs);
-    p.uring_refused = r.chance(0.6);
-    if (!p.uring_refused) f.probability = r.uniform(0.2, 0.8);  // some workers' rings only
-    add_rule(p, f);
-  }
-  if (r.chance(0.15)) add_rule(p, [&] {  // the kernel cannot say (older kernels)
-    FaultRule f = prob_rule(r.chance(0.5) ? FaultOp::dio_align : FaultOp::cachestat, 1.0,
-                            FaultAction::fail);
-    f.err = EOPNOTSUPP;
-    return f;
-  }());
-}
-
-// Faults that may make calls fail.
-void draw_hard_faults(Rng& r, Plan& p) {
-  for (FaultOp op : {FaultOp::any_read, FaultOp::any_write}) {
-    if (r.chance(0.6)) {
-      FaultRule f = prob_rule(op, r.uniform(0.005, 0.08), FaultAction::fail);
-      f.err = EIO;
-      add_rule(p, f);
-    }
-    if (r.chance(0.25)) {  // an EAGAIN storm longer than the library's retry bound
-      FaultRule f = prob_rule(op, 1.0, FaultAction::fail);
-      f.err = EAGAIN;
-      f.nth = r.between(1, 200);
-      f.times = r.between(70, 300);
-      add_rule(p, f);
-    }
-  }
-  if (r.chance(0.5)) {
-    FaultRule f = prob_rule(FaultOp::any_write, r.uniform(0.01, 0.1), FaultAction::fail);
-    f.err = ENOSPC;
-    if (r.chance(0.3)) f.nth = r.between(1, 100), f.times = r.between(1, 20);
-    add_rule(p, f);
-  }
-  if (r.chance(0.15)) {
-    FaultRule f = prob_rule(FaultOp::fstat, r.uniform(0.01, 0.05), FaultAction::fail);
-    f.err = EIO;
-    add_rule(p, f);
-    p.fstat_faults = true;
-  }
-  if (r.chance(0.15)) {
-    FaultRule f = prob_rule(FaultOp::open, r.uniform(0.05, 0.3), FaultAction::fail);
-    f.err = EIO;
-    add_rule(p, f);
-  }
-}
-
-Plan make_plan(uint64_t seed) {
-  Rng r(seed ^ 0x5157'0000'0000'0001ull);
-  Plan p;
-  p.seed = seed;
-  p.actors = static_cast<int>(r.between(2, 4));
-  p.ops_per_phase = static_cast<int>(r.between(6, 24));
-  const int files = static_cast<int>(r.between(1, 3));
-  for (int i = 0; i < files; ++i)
-    p.file_sizes.push_back(r.chance(0.3) ? r.between(1, 20000) : r.between(16 * KiB, 1024 * KiB));
-  p.hard = r.chance(0.4);
-  p.forks = r.chance(0.1);
-  draw_benign_faults(r, p);
-  if (p.hard) draw_hard_faults(r, p);
-  // From a stream of its own, so that the plans of older seeds stay what they were.
-  p.cuda_faults = p.hard && Rng(seed ^ 0xc0da'0000'0000'0002ull).chance(0.35);
-  const int phases = static_cast<int>(r.between(1, 4));
-  for (int i = 0; i < phases; ++i) {
-    PhasePlan ph;
-    ph.reopen = i == 0 || r.chance(0.5);
-    ph.fork_before = i > 0 && r.chance(0.1);
-    ph.session = ph.reopen ? draw_session(r, p.uring_refused) : p.phases.back().session;
-    p.phases.push_back(ph);
-  }
-  return p;
-}
 
 // ---- the model -------------------------------------------------------------------------------
 
@@ -387,7 +153,8 @@ class Actor {
   void unregister_all();
   void register_all();
   std::string check_buffers() const;
-  FileHandle& handle(int file, int kind) { return handles_[static_cast<size_t>(file)][static_cast<size_t>(kind)]; }
+  FileHandle& handle(int file,
+      int kind) { return handles_[static_cast<size_t>(file)][static_cast<size_t>(kind)]; }
   uint64_t calls = 0, failed_calls = 0;
 
  private:
@@ -479,7 +246,8 @@ std::atomic<Run*> g_current_run{nullptr};
 // ---- Actor -----------------------------------------------------------------------------------
 
 Actor::Actor(Run& run, int id)
-    : run_(run), id_(id), rng_(run.plan.seed * 0x9e3779b97f4a7c15ull + static_cast<uint64_t>(id) + 1) {
+    : run_(run), id_(id), rng_(run.plan.seed * 0x9e3779b97f4a7c15ull + static_cast<uint64_t>(id)
+        + 1) {
   handles_.resize(run.files.size());
 }
 
@@ -503,7 +271,8 @@ bool Actor::setup() {
   for (int b = 0; b < kBuffersPerActor; ++b) {
     std::string why;
     const size_t misalign = rng_.chance(0.5) ? 0 : rng_.below(4096);
-    bufs_.push_back(std::make_unique<SimBuffer>(rng_.pick(kinds), kBufferSize, misalign, rng_.next(), &why));
+    bufs_.push_back(std::make_unique<SimBuffer>(rng_.pick(kinds), kBufferSize, misalign,
+        rng_.next(), &why));
     buf_registered_.push_back(false);
     if (!why.empty()) {
       run_.violation(id_, why);
@@ -531,7 +300,8 @@ void Actor::op_arm_cuda_fault() {
   static const int results[] = {1 /* INVALID_VALUE */, 2 /* OUT_OF_MEMORY */, 999 /* UNKNOWN */};
   const char* name = rng_.pick(names);
   const int nth = static_cast<int>(rng_.between(1, 8)), result = rng_.pick(results);
-  run_.log.add("t" + std::to_string(id_) + " arm: call " + std::to_string(nth) + " of " + name + " from now fails with " + std::to_string(result));
+  run_.log.add("t" + std::to_string(id_) + " arm: call " + std::to_string(nth) + " of " + name
+      + " from now fails with " + std::to_string(result));
   if (auto* fail = fake_fn<FailCall>("fakecuda_fail_call")) fail(name, nth, result);
 }
 
@@ -541,7 +311,8 @@ bool Actor::open_fd(int file, int kind) {
   if (kind == 1 && !run_.direct_ok) return false;
   h.fd = ::open(run_.files[static_cast<size_t>(file)].path.c_str(),
                 O_RDWR | O_CLOEXEC | (kind == 1 ? O_DIRECT : 0));
-  if (h.fd < 0) run_.violation(id_, "open of a simulated file failed: " + std::string(strerror(errno)));
+  if (h.fd < 0) run_.violation(id_, "open of a simulated file failed: "
+      + std::string(strerror(errno)));
   return h.fd >= 0;
 }
 
@@ -607,7 +378,8 @@ void Actor::run_phase(int ops) {
 }
 
 void Actor::one_op() {
-  if (last_buf_ >= 0) check_window(last_buf_, last_boff_, last_len_, "between calls (after the last call returned)");
+  if (last_buf_ >= 0) check_window(last_buf_, last_boff_, last_len_,
+      "between calls (after the last call returned)");
   const uint64_t roll = rng_.below(100);
   if (roll < 34) return op_read_or_write(false);
   if (roll < 58) return op_read_or_write(true);
@@ -664,16 +436,19 @@ bool Actor::draw_transfer(Transfer& t, bool write, size_t max_len) {
 
 std::vector<RangeLocks::Range> Actor::ranges_of(const std::vector<Transfer>& ts) const {
   std::vector<RangeLocks::Range> out;
-  for (const Transfer& t : ts) out.push_back({t.file, t.off, t.off + std::max<size_t>(t.len, 1), t.write});
+  for (const Transfer& t : ts) out.push_back({t.file, t.off, t.off + std::max<size_t>(t.len, 1),
+      t.write});
   return out;
 }
 
 std::string Actor::describe(const Transfer& t, const char* op) const {
   char s[256];
   const SimBuffer& b = *bufs_[static_cast<size_t>(t.buf)];
-  std::snprintf(s, sizeof s, "t%d %s %s f%d %s off=%" PRIu64 " len=%zu buf%d(%s%s) boff=%zu", id_, op,
+  std::snprintf(s, sizeof s, "t%d %s %s f%d %s off=%" PRIu64 " len=%zu buf%d(%s%s) boff=%zu", id_,
+      op,
                 t.write ? "write" : "read", t.file, t.kind ? "direct" : "buffered", t.off, t.len,
-                t.buf, mem_name(b.kind()), buf_registered_[static_cast<size_t>(t.buf)] ? ",registered" : "",
+                t.buf, mem_name(b.kind()), buf_registered_[static_cast<size_t>(t.buf)]
+                    ? ",registered" : "",
                 t.boff);
   return s;
 }
@@ -696,7 +471,10 @@ void Actor::check_window(int buf, size_t boff, size_t len, const std::string& wh
 void Actor::settle(const Transfer& t, Outcome o, ssize_t n, int err, const std::string& what) {
   ++calls;
   if (o != Outcome::done) ++failed_calls;
-  run_.log.add(what + " -> " + (o == Outcome::done ? std::to_string(n) : o == Outcome::canceled ? "canceled" : "failed " + errno_name(err)));
+  const std::string result = o == Outcome::done       ? std::to_string(n)
+                             : o == Outcome::canceled ? "canceled"
+                                                      : "failed " + errno_name(err);
+  run_.log.add(what + " -> " + result);
   if (t.write) {
     settle_write(t, o, n, err, what);
   } else {
@@ -710,29 +488,37 @@ void Actor::settle_read(const Transfer& t, Outcome o, ssize_t n, int err, const 
   const uint64_t expect = t.off >= f.size ? 0 : std::min<uint64_t>(t.len, f.size - t.off);
   std::vector<uint8_t> got = b.get(t.boff, t.len);
   if (o == Outcome::failed && !allowed(false, err))
-    return run_.violation(id_, what + ": failed with " + errno_name(err) + "; the plan's faults allow no such failure (expected " + std::to_string(expect) + " bytes)");
+    return run_.violation(id_, what + ": failed with " + errno_name(err)
+        + "; the plan's faults allow no such failure (expected " + std::to_string(expect)
+        + " bytes)");
   if (o == Outcome::done) {
     if (n != static_cast<ssize_t>(expect))
-      return run_.violation(id_, what + ": returned " + std::to_string(n) + ", expected " + std::to_string(expect) + " (short counts only at end of file)");
+      return run_.violation(id_, what + ": returned " + std::to_string(n) + ", expected "
+          + std::to_string(expect) + " (short counts only at end of file)");
     for (size_t i = 0; i < t.len; ++i) {
       const uint8_t want = i < expect ? f.bytes[t.off + i] : t.data[i];
+      const char* why = i < expect ? " (the file's byte)" : " (untouched: past what was reported)";
       if (got[i] != want)
-        return run_.violation(id_, what + ": buffer byte " + std::to_string(i) + " is " + std::to_string(got[i]) + ", expected " + std::to_string(want) + (i < expect ? " (the file's byte)" : " (untouched: past the bytes the read reported)"));
+        return run_.violation(id_, what + ": buffer byte " + std::to_string(i) + " is "
+            + std::to_string(got[i]) + ", expected " + std::to_string(want) + why);
     }
   }
   b.accept(t.boff, got);  // a failed or canceled read may leave anything inside its range
 }
 
-void Actor::settle_write(const Transfer& t, Outcome o, ssize_t n, int err, const std::string& what) {
+void Actor::settle_write(const Transfer& t, Outcome o, ssize_t n, int err,
+    const std::string& what) {
   ShadowFile& f = run_.files[static_cast<size_t>(t.file)];
   if (o == Outcome::done) {
     if (n != static_cast<ssize_t>(t.len))
-      return run_.violation(id_, what + ": returned " + std::to_string(n) + ", expected " + std::to_string(t.len) + " (a write is never short)");
+      return run_.violation(id_, what + ": returned " + std::to_string(n) + ", expected "
+          + std::to_string(t.len) + " (a write is never short)");
     if (t.len) std::memcpy(f.bytes.data() + t.off, t.data.data(), t.len);
     return;
   }
   if (o == Outcome::failed && !allowed(true, err))
-    return run_.violation(id_, what + ": failed with " + errno_name(err) + "; the plan's faults allow no such failure");
+    return run_.violation(id_, what + ": failed with " + errno_name(err)
+        + "; the plan's faults allow no such failure");
   // A failed write may have stored part of its bytes; each byte of its range must be old or
   // new (never garbage), and the model takes what the file holds.
   std::vector<uint8_t> disk(t.len);
@@ -740,7 +526,10 @@ void Actor::settle_write(const Transfer& t, Outcome o, ssize_t n, int err, const
     return run_.violation(id_, what + ": the test cannot read the file back");
   for (size_t i = 0; i < t.len; ++i) {
     if (disk[i] != f.bytes[t.off + i] && disk[i] != t.data[i])
-      return run_.violation(id_, what + ": after the failed write, file byte " + std::to_string(t.off + i) + " is " + std::to_string(disk[i]) + ": neither its old value " + std::to_string(f.bytes[t.off + i]) + " nor the new " + std::to_string(t.data[i]));
+      return run_.violation(id_, what + ": after the failed write, file byte "
+          + std::to_string(t.off + i) + " is " + std::to_string(disk[i])
+          + ": neither its old value " + std::to_string(f.bytes[t.off + i]) + " nor the new "
+          + std::to_string(t.data[i]));
   }
   if (t.len) std::memcpy(f.bytes.data() + t.off, disk.data(), t.len);
 }
@@ -755,11 +544,14 @@ void Actor::op_read_or_write(bool write) {
   SimBuffer& b = *bufs_[static_cast<size_t>(t.buf)];
   CUfileHandle_t fh = handle(t.file, t.kind).fh;
   errno = 0;
-  const ssize_t n = write ? cuFileWrite(fh, b.base(), t.len, static_cast<off_t>(t.off), static_cast<off_t>(t.boff))
-                          : cuFileRead(fh, b.base(), t.len, static_cast<off_t>(t.off), static_cast<off_t>(t.boff));
+  const ssize_t n = write ? cuFileWrite(fh, b.base(), t.len, static_cast<off_t>(t.off),
+      static_cast<off_t>(t.boff))
+                          : cuFileRead(fh, b.base(), t.len, static_cast<off_t>(t.off),
+                              static_cast<off_t>(t.boff));
   const int err = errno;
   if (n < -1) {
-    run_.violation(id_, what + ": returned " + std::to_string(n) + "; failures return -1 with errno set");
+    run_.violation(id_, what + ": returned " + std::to_string(n)
+        + "; failures return -1 with errno set");
   } else {
     settle(t, n >= 0 ? Outcome::done : Outcome::failed, n, err, what);
     check_window(t.buf, t.boff, t.len, what);
@@ -787,7 +579,8 @@ void Actor::op_batch() {
   run_.locks.acquire(id_, ranges_of(ts));
   for (Transfer& t : ts) prepare(t);
   const int cancel = static_cast<int>(rng_.below(4));  // 1: at once, 2: after a first poll
-  std::string what = "t" + std::to_string(id_) + " batch of " + std::to_string(ts.size()) + (cancel == 1 ? " (cancel at once)" : cancel == 2 ? " (cancel after a poll)" : "");
+  std::string what = "t" + std::to_string(id_) + " batch of " + std::to_string(ts.size())
+      + (cancel == 1 ? " (cancel at once)" : cancel == 2 ? " (cancel after a poll)" : "");
   for (const Transfer& t : ts) what += "\n      " + describe(t, "entry");
   Watched w(*run_.monitor, id_ + 1, what);
   std::vector<CUfileIOParams_t> io(ts.size());
@@ -813,7 +606,8 @@ void Actor::op_batch() {
     // Submission validates every entry first (fstat of each file): only a failing fstat of a
     // hard plan explains a refusal, and then no entry may have started.
     run_.log.add(what + " -> submit refused " + std::to_string(e.err));
-    if (!run_.plan.fstat_faults) run_.violation(id_, what + ": cuFileBatchIOSubmit failed with " + std::to_string(e.err));
+    if (!run_.plan.fstat_faults) run_.violation(id_, what + ": cuFileBatchIOSubmit failed with "
+        + std::to_string(e.err));
     // The model stays as it was: the files are compared with it between phases.
     cuFileBatchIODestroy(batch);
     return run_.locks.release(id_);
@@ -857,7 +651,8 @@ void Actor::op_batch() {
     } else if (ev.status == CUFILE_CANCELED && cancel) {
       settle(ts[i], Outcome::canceled, ret, 0, entry);
     } else {
-      run_.violation(id_, entry + ": event status " + std::to_string(ev.status) + " ret " + std::to_string(ret));
+      run_.violation(id_, entry + ": event status " + std::to_string(ev.status) + " ret "
+          + std::to_string(ret));
     }
     if (run_.failed()) break;
   }
@@ -872,7 +667,8 @@ void Actor::op_stream(bool write) {
   if (!stream_registered_) {
     static const unsigned flags[] = {0, 1, 2, 4, 7};
     CUfileError_t e = cuFileStreamRegister(stream_, rng_.pick(flags));
-    if (e.err != CU_FILE_SUCCESS) return run_.violation(id_, "cuFileStreamRegister failed with " + std::to_string(e.err));
+    if (e.err != CU_FILE_SUCCESS) return run_.violation(id_, "cuFileStreamRegister failed with "
+        + std::to_string(e.err));
     stream_registered_ = true;
   }
   run_.locks.acquire(id_, ranges_of({t}));
@@ -903,7 +699,8 @@ void Actor::op_stream(bool write) {
     run_.violation(id_, what + ": *bytes_p not set once the stream passed the op");
   } else {
     // -errno for OS errors, -CUfileOpError otherwise (docs/compatibility.md).
-    settle(t, bytes >= 0 ? Outcome::done : Outcome::failed, bytes, bytes < 0 ? static_cast<int>(-bytes) : 0, what);
+    settle(t, bytes >= 0 ? Outcome::done : Outcome::failed, bytes, bytes < 0
+        ? static_cast<int>(-bytes) : 0, what);
     check_window(t.buf, t.boff, t.len, what);
   }
   run_.locks.release(id_);
@@ -916,7 +713,8 @@ void Actor::op_handle_churn() {
     // Closing the fd too lets another thread's next open reuse its number: the library must
     // notice when an fd no longer names the file it registered.
     const bool close_fd = rng_.chance(0.5);
-    run_.log.add("t" + std::to_string(id_) + " deregister f" + std::to_string(file) + (kind ? " direct" : " buffered") + (close_fd ? ", close fd" : ""));
+    run_.log.add("t" + std::to_string(id_) + " deregister f" + std::to_string(file) + (kind
+        ? " direct" : " buffered") + (close_fd ? ", close fd" : ""));
     Watched w(*run_.monitor, id_ + 1, "deregister");
     deregister_handle(file, kind, close_fd);
   } else {
@@ -928,11 +726,13 @@ void Actor::op_handle_churn() {
 void Actor::op_buffer_churn() {
   const size_t b = rng_.below(bufs_.size());
   Watched w(*run_.monitor, id_ + 1, "buffer (de)register");
-  std::string what = "t" + std::to_string(id_) + (buf_registered_[b] ? " BufDeregister buf" : " BufRegister buf") + std::to_string(b) + "(" + mem_name(bufs_[b]->kind()) + ")";
+  std::string what = "t" + std::to_string(id_) + (buf_registered_[b] ? " BufDeregister buf"
+      : " BufRegister buf") + std::to_string(b) + "(" + mem_name(bufs_[b]->kind()) + ")";
   CUfileError_t e = buf_registered_[b] ? cuFileBufDeregister(bufs_[b]->base())
                                        : cuFileBufRegister(bufs_[b]->base(), bufs_[b]->size(), 0);
   run_.log.add(what + " -> " + std::to_string(e.err));
-  if (e.err != CU_FILE_SUCCESS) return run_.violation(id_, what + ": failed with " + std::to_string(e.err));
+  if (e.err != CU_FILE_SUCCESS) return run_.violation(id_, what + ": failed with "
+      + std::to_string(e.err));
   buf_registered_[b] = !buf_registered_[b];
 }
 
@@ -959,7 +759,8 @@ void Actor::op_truncate_under_read() {
     if (::ftruncate(f.fd, static_cast<off_t>(cut)) != 0) std::abort();
   });
   errno = 0;
-  const ssize_t n = cuFileRead(handle(t.file, t.kind).fh, b.base(), t.len, static_cast<off_t>(t.off), static_cast<off_t>(t.boff));
+  const ssize_t n = cuFileRead(handle(t.file, t.kind).fh, b.base(), t.len,
+      static_cast<off_t>(t.off), static_cast<off_t>(t.boff));
   const int err = errno;
   cutter.join();
   ++calls;
@@ -969,15 +770,21 @@ void Actor::op_truncate_under_read() {
   if (n < 0) {
     ++failed_calls;
     // What the library makes of a file that ends earlier than its fstat said: EIO at worst.
-    if (n != -1 || (err != EIO && !allowed(false, err))) run_.violation(id_, what + ": failed with " + errno_name(err));
+    if (n != -1 || (err != EIO && !allowed(false, err))) run_.violation(id_, what
+        + ": failed with " + errno_name(err));
   } else if (static_cast<uint64_t>(n) < after || static_cast<uint64_t>(n) > before) {
-    run_.violation(id_, what + ": returned " + std::to_string(n) + ", expected " + std::to_string(after) + " to " + std::to_string(before));
+    run_.violation(id_, what + ": returned " + std::to_string(n) + ", expected "
+        + std::to_string(after) + " to " + std::to_string(before));
   } else {
     for (size_t i = 0; i < t.len; ++i) {
       const uint8_t old = i < before ? f.bytes[t.off + i] : t.data[i];
-      const bool ok = i < after ? got[i] == f.bytes[t.off + i] : got[i] == t.data[i] || got[i] == old || got[i] == 0;
+      const bool ok = i < after ? got[i] == f.bytes[t.off + i] : got[i] == t.data[i]
+          || got[i] == old || got[i] == 0;
       if (!ok) {
-        run_.violation(id_, what + ": buffer byte " + std::to_string(i) + " is " + std::to_string(got[i]) + (i < after ? ", expected the file's " : ", past the cut: neither the old byte nor 0 nor untouched; old ") + std::to_string(old));
+        run_.violation(id_, what + ": buffer byte " + std::to_string(i) + " is "
+            + std::to_string(got[i]) + (i < after ? ", expected the file's "
+            : ", past the cut: neither the old byte nor 0 nor untouched; old ")
+            + std::to_string(old));
         break;
       }
     }
@@ -992,7 +799,8 @@ void Actor::op_truncate_under_read() {
 // The child of a fork forgets the parent's session: the parent's handle must be refused, and a
 // new session must read the file correctly (host memory; CUDA itself may refuse a forked child,
 // then a clean failure is fine). The parent goes on as if nothing happened.
-int fork_child(const ShadowFile& f, CUfileHandle_t inherited, uint64_t off, const std::vector<uint8_t>& want) {
+int fork_child(const ShadowFile& f, CUfileHandle_t inherited, uint64_t off,
+    const std::vector<uint8_t>& want) {
   gpufile::sys::set_os(nullptr);  // the FaultyOs's lock may have been held by another thread
   alarm(20);
   const bool cuda_loaded = cu::driver() != nullptr;
@@ -1015,8 +823,10 @@ int fork_child(const ShadowFile& f, CUfileHandle_t inherited, uint64_t off, cons
   return std::memcmp(got.data(), want.data(), want.size()) == 0 ? 0 : 6;
 }
 
-bool fork_and_check(Run& run, int actor, const ShadowFile& f, CUfileHandle_t inherited, uint64_t off, size_t len) {
-  std::vector<uint8_t> want(f.bytes.begin() + static_cast<ptrdiff_t>(off), f.bytes.begin() + static_cast<ptrdiff_t>(off + len));
+bool fork_and_check(Run& run, int actor, const ShadowFile& f, CUfileHandle_t inherited,
+    uint64_t off, size_t len) {
+  std::vector<uint8_t> want(f.bytes.begin() + static_cast<ptrdiff_t>(off), f.bytes.begin()
+      + static_cast<ptrdiff_t>(off + len));
   const pid_t pid = fork();
   if (pid == 0) _exit(fork_child(f, inherited, off, want));
   if (pid < 0) return true;  // no process to spare: nothing to check
@@ -1024,9 +834,14 @@ bool fork_and_check(Run& run, int actor, const ShadowFile& f, CUfileHandle_t inh
   while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
   }
   if (WIFEXITED(status) && WEXITSTATUS(status) == 0) return true;
-  run.violation(actor, "forked child of the " + std::to_string(len) + "-byte check at " + std::to_string(off) + " of " + f.path + " " +
-                           (WIFEXITED(status) ? "exited with " + std::to_string(WEXITSTATUS(status)) + " (2 old handle not refused, 3-6 new session failed)"
-                                              : "died of signal " + std::to_string(WTERMSIG(status)) + " (SIGALRM 14: it hung)"));
+  run.violation(actor, "forked child of the " + std::to_string(len) + "-byte check at "
+      + std::to_string(off) + " of " + f.path + " " +
+                           (WIFEXITED(status) ? "exited with "
+                               + std::to_string(WEXITSTATUS(status))
+                               + " (2 old handle not refused, 3-6 new session failed)"
+                                              : "died of signal "
+                                                  + std::to_string(WTERMSIG(status))
+                                                  + " (SIGALRM 14: it hung)"));
   return false;
 }
 
@@ -1036,7 +851,8 @@ void Actor::op_fork() {
   const uint64_t off = rng_.below(f.size);
   const size_t len = std::min<uint64_t>(draw_len(rng_, kBufferSize) + 1, f.size - off);
   run_.locks.acquire(id_, {{file, off, off + len, false}});
-  run_.log.add("t" + std::to_string(id_) + " fork, child reads f" + std::to_string(file) + " off=" + std::to_string(off) + " len=" + std::to_string(len));
+  run_.log.add("t" + std::to_string(id_) + " fork, child reads f" + std::to_string(file) + " off="
+      + std::to_string(off) + " len=" + std::to_string(len));
   Watched w(*run_.monitor, id_ + 1, "fork");
   fork_and_check(run_, id_, f, handle(file, 0).fh, off, len);
   run_.locks.release(id_);
@@ -1068,7 +884,8 @@ void Run::report(const std::string& headline) const {
                "reproduce: %s --seed=%" PRIu64 "\nplan:\n%s"
                "last operations (oldest first):\n%s"
                "fault journal (first 200 injected faults):\n%s====\n",
-               plan.seed, headline.empty() ? failure.c_str() : headline.c_str(), opts.reproduce.c_str(),
+               plan.seed, headline.empty() ? failure.c_str() : headline.c_str(),
+                   opts.reproduce.c_str(),
                plan.seed, plan.describe().c_str(), log.tail().c_str(), faults.journal().c_str());
   std::fflush(stderr);
 }
@@ -1138,7 +955,8 @@ bool Run::open_session(const SessionConfig& config) {
     return open_session(fallback);
   }
   if (e.err != CU_FILE_SUCCESS) {
-    violation(-1, "cuFileDriverOpen failed with " + std::to_string(e.err) + " (" + c.describe() + ")");
+    violation(-1, "cuFileDriverOpen failed with " + std::to_string(e.err) + " (" + c.describe()
+        + ")");
     return false;
   }
   const std::string engine = gpufile::Runtime::instance().engine_name();
@@ -1165,15 +983,21 @@ void Run::check_files() {
     const ShadowFile& f = files[i];
     struct stat st {};
     if (::fstat(f.fd, &st) != 0 || static_cast<uint64_t>(st.st_size) != f.size)
-      return violation(-1, "file f" + std::to_string(i) + " has size " + std::to_string(st.st_size) + ", expected " + std::to_string(f.size));
+      return violation(-1, "file f" + std::to_string(i) + " has size "
+          + std::to_string(st.st_size) + ", expected " + std::to_string(f.size));
     std::vector<uint8_t> disk(f.size);
-    if (!pread_all(f.fd, disk.data(), f.size, 0)) return violation(-1, "cannot read f" + std::to_string(i) + " back");
+    if (!pread_all(f.fd, disk.data(), f.size, 0)) return violation(-1, "cannot read f"
+        + std::to_string(i) + " back");
     for (size_t k = 0; k < f.size; ++k)
       if (disk[k] != f.bytes[k])
-        return violation(-1, "file f" + std::to_string(i) + " byte " + std::to_string(k) + " is " + std::to_string(disk[k]) + ", the model says " + std::to_string(f.bytes[k]) + " (a write changed bytes outside its range, or reported bytes it did not store, or landed after its call returned)");
+        return violation(-1, "file f" + std::to_string(i) + " byte " + std::to_string(k) + " is "
+            + std::to_string(disk[k]) + ", the model says " + std::to_string(f.bytes[k])
+            + " (a write changed bytes outside its range, reported bytes it did not store, or"
+              " landed after its call returned)");
   }
   for (size_t a = 0; a < actors.size() && !failed(); ++a)
-    if (std::string m = actors[a]->check_buffers(); !m.empty()) violation(static_cast<int>(a), "buffer check between phases: " + m);
+    if (std::string m = actors[a]->check_buffers(); !m.empty()) violation(static_cast<int>(a),
+        "buffer check between phases: " + m);
 }
 
 void Run::fork_between_phases() {
@@ -1215,13 +1039,18 @@ Run::Holdings Run::holdings() {
 void Run::check_leaks(const Holdings& before) {
   const Holdings now = holdings();
   if (now.fds != before.fds)
-    return violation(-1, "open fds: " + std::to_string(before.fds) + " before the seed, " + std::to_string(now.fds) + " after it (the driver closed)");
+    return violation(-1, "open fds: " + std::to_string(before.fds) + " before the seed, "
+        + std::to_string(now.fds) + " after it (the driver closed)");
   static const char* kinds[] = {"pinned", "registered host", "device", "managed"};
   for (int i = 0; i < 4; ++i)
     if (now.bytes[i] != before.bytes[i])
-      return violation(-1, std::to_string(now.bytes[i]) + " bytes of " + kinds[i] + " memory held after the seed with the driver closed, " + std::to_string(before.bytes[i]) + " before it");
+      return violation(-1, std::to_string(now.bytes[i]) + " bytes of " + kinds[i]
+          + " memory held after the seed with the driver closed, "
+          + std::to_string(before.bytes[i]) + " before it");
   if (now.streams != before.streams)
-    return violation(-1, std::to_string(now.streams) + " CUDA streams alive after the seed with the driver closed, " + std::to_string(before.streams) + " before it");
+    return violation(-1, std::to_string(now.streams)
+        + " CUDA streams alive after the seed with the driver closed, "
+        + std::to_string(before.streams) + " before it");
 }
 
 SeedResult Run::execute() {
@@ -1238,7 +1067,8 @@ SeedResult Run::execute() {
       for (auto& a : actors) ready = ready && a->setup();
       if (ready)
         for (auto& a : actors) a->register_all();
-      for (size_t p = 0; ready && p < plan.phases.size() && !failed(); ++p) run_phase(static_cast<int>(p));
+      for (size_t p = 0; ready && p < plan.phases.size()
+          && !failed(); ++p) run_phase(static_cast<int>(p));
       for (auto& a : actors) {
         result.calls += a->calls;
         result.failed_calls += a->failed_calls;
@@ -1249,7 +1079,8 @@ SeedResult Run::execute() {
   }
   result.faults = faults.fired_total();
   using Reset = void();
-  if (auto* reset = fake_fn<Reset>("fakecuda_reset_faults")) reset();  // none left for the next seed
+  // No armed driver fault may be left for the next seed.
+  if (auto* reset = fake_fn<Reset>("fakecuda_reset_faults")) reset();
   remove_files();
   if (!failed()) check_leaks(before);
   g_current_run.store(nullptr);
@@ -1264,7 +1095,8 @@ SeedResult run_seed(uint64_t seed, const Options& opts) {
   const Plan plan = make_plan(seed);
   Run run(plan, opts);
   const auto limit = std::chrono::milliseconds(static_cast<int64_t>(30'000 * opts.time_scale));
-  run.monitor = std::make_unique<HangMonitor>(limit, [&run](const std::string& why) { run.report(why); });
+  run.monitor = std::make_unique<HangMonitor>(limit,
+      [&run](const std::string& why) { run.report(why); });
   SeedResult r = run.execute();
   run.monitor.reset();
   return r;
