@@ -12,7 +12,8 @@
 //   --verbose                     one line per seed, and the library's warnings
 //   --keep-going                  run every seed even after one failed
 // GPUFILE_SIM_SEEDS=A:B and GPUFILE_SIM_MINUTES=M in the environment override the arguments,
-// so `ctest -R sim` can be made to run longer without editing anything.
+// so `ctest -R sim` can be made to run longer without editing anything. GPUFILE_SIM_HANG_MS
+// sets how long one call may take before it counts as a hang (30 s; 120 s under sanitizers).
 //
 // The CUDA driver is the test double (GPUFILE_CUDA_LIBRARY=.../libcuda.so.1 of
 // tests/support/fakecuda); what only threads' interleaving decides is not part of the seed, so
@@ -126,7 +127,8 @@ int main(int argc, char** argv) {
   // for ever (tests/fault/test_fork.cpp), so sanitized builds fork only between phases; they
   // run several times slower, so the hang limit stretches.
   a.opts.fork_while_busy = !kSanitized;
-  a.opts.time_scale = kSanitized ? 4.0 : 1.0;
+  a.opts.hang_ms = kSanitized ? 120'000 : 30'000;
+  if (const char* v = std::getenv("GPUFILE_SIM_HANG_MS"); v && *v) a.opts.hang_ms = std::atoi(v);
 
   using Clock = std::chrono::steady_clock;
   const auto seconds_since = [](Clock::time_point t) {

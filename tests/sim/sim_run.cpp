@@ -1094,7 +1094,7 @@ SeedResult Run::execute() {
 SeedResult run_seed(uint64_t seed, const Options& opts) {
   const Plan plan = make_plan(seed);
   Run run(plan, opts);
-  const auto limit = std::chrono::milliseconds(static_cast<int64_t>(30'000 * opts.time_scale));
+  const auto limit = std::chrono::milliseconds(opts.hang_ms);
   run.monitor = std::make_unique<HangMonitor>(limit,
       [&run](const std::string& why) { run.report(why); });
   SeedResult r = run.execute();

@@ -10,7 +10,7 @@ namespace sim {
 struct Options {
   bool verbose = false;             // one line per seed, and the library's log at WARN
   bool fork_while_busy = true;      // fork while other threads run IO (off under sanitizers)
-  double time_scale = 1.0;          // stretches the hang limits (sanitizer builds are slower)
+  int hang_ms = 30'000;              // a call running longer is a hang: the seed fails
   std::string reproduce;            // the command line prefix that reruns one seed
 };
 

@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstring>
 
@@ -85,8 +86,11 @@ void HangMonitor::end(int slot) {
 }
 
 void HangMonitor::watch() {
+  // Often enough to catch a hang well within the limit, rarely enough to cost nothing.
+  using std::chrono::milliseconds;
+  const auto period = std::clamp<milliseconds>(limit_ / 4, milliseconds(1), milliseconds(200));
   std::unique_lock lock(mu_);
-  while (!cv_.wait_for(lock, std::chrono::milliseconds(200), [this] { return stop_; })) {
+  while (!cv_.wait_for(lock, period, [this] { return stop_; })) {
     const auto now = std::chrono::steady_clock::now();
     for (const Slot& s : slots_) {
       if (!s.busy || now - s.since < limit_) continue;
