@@ -120,6 +120,12 @@ T* fake_fn(const char* name) {
   return lib ? reinterpret_cast<T*>(dlsym(lib, name)) : nullptr;
 }
 
+// Drops every failure armed in the driver double.
+void reset_driver_faults() {
+  using Reset = void();
+  if (auto* reset = fake_fn<Reset>("fakecuda_reset_faults")) reset();
+}
+
 class Run;
 
 // ---- one thread ------------------------------------------------------------------------------
@@ -184,6 +190,7 @@ class Actor {
   Run& run_;
   const int id_;
   Rng rng_;
+  Rng aux_;  // draws added later: from their own stream, so older seeds keep their operations
   std::vector<std::unique_ptr<SimBuffer>> bufs_;
   std::vector<bool> buf_registered_;
   std::vector<std::array<FileHandle, 2>> handles_;
@@ -236,6 +243,7 @@ class Run {
   void check_leaks(const Holdings& before);
 
   std::string dir_;
+  bool retrying_open_ = false;
   std::atomic<bool> failed_{false};
   mutable std::mutex fail_mu_;
   std::string failure_;
@@ -246,8 +254,10 @@ std::atomic<Run*> g_current_run{nullptr};
 // ---- Actor -----------------------------------------------------------------------------------
 
 Actor::Actor(Run& run, int id)
-    : run_(run), id_(id), rng_(run.plan.seed * 0x9e3779b97f4a7c15ull + static_cast<uint64_t>(id)
-        + 1) {
+    : run_(run),
+      id_(id),
+      rng_(run.plan.seed * 0x9e3779b97f4a7c15ull + static_cast<uint64_t>(id) + 1),
+      aux_(run.plan.seed * 0xd1342543de82ef95ull + static_cast<uint64_t>(id) + 7) {
   handles_.resize(run.files.size());
 }
 
@@ -302,7 +312,15 @@ void Actor::op_arm_cuda_fault() {
   const int nth = static_cast<int>(rng_.between(1, 8)), result = rng_.pick(results);
   run_.log.add("t" + std::to_string(id_) + " arm: call " + std::to_string(nth) + " of " + name
       + " from now fails with " + std::to_string(result));
-  if (auto* fail = fake_fn<FailCall>("fakecuda_fail_call")) fail(name, nth, result);
+  auto* fail = fake_fn<FailCall>("fakecuda_fail_call");
+  if (fail) fail(name, nth, result);
+  // Pinned memory running out: the registration of a staging buffer made on demand (a caller's
+  // slab, a stream op's staging) fails.
+  if (!aux_.chance(0.3)) return;
+  const int pin_nth = static_cast<int>(aux_.between(1, 4));
+  run_.log.add("t" + std::to_string(id_) + " arm: call " + std::to_string(pin_nth)
+      + " of cuMemHostRegister from now fails with 2");
+  if (fail) fail("cuMemHostRegister", pin_nth, 2 /* OUT_OF_MEMORY */);
 }
 
 bool Actor::open_fd(int file, int kind) {
@@ -944,6 +962,16 @@ bool Run::open_session(const SessionConfig& config) {
   Watched w(*monitor, kMainSlot, "cuFileDriverOpen " + c.describe());
   CUfileError_t e = cuFileDriverOpen();
   log.add("main: open " + c.describe() + " -> " + std::to_string(e.err));
+  if (e.err == CU_FILE_CUDA_DRIVER_ERROR && plan.cuda_faults && !retrying_open_) {
+    // Staging memory that cannot be pinned (an armed cuMemHostRegister failure left over from
+    // the phase before) fails the open cleanly; with the driver's faults dropped, the same open
+    // must work, and the failed one must have given back what it had (the leak check).
+    reset_driver_faults();
+    retrying_open_ = true;
+    const bool ok = open_session(config);
+    retrying_open_ = false;
+    return ok;
+  }
   if (e.err != CU_FILE_SUCCESS && c.engine == "io_uring" && !plan.uring_refused) {
     bool rule_on_uring = false;
     for (const NamedRule& r : plan.rules) rule_on_uring |= r.rule.op == FaultOp::uring_init;
@@ -1078,9 +1106,7 @@ SeedResult Run::execute() {
     }
   }
   result.faults = faults.fired_total();
-  using Reset = void();
-  // No armed driver fault may be left for the next seed.
-  if (auto* reset = fake_fn<Reset>("fakecuda_reset_faults")) reset();
+  reset_driver_faults();  // none may be left for the next seed
   remove_files();
   if (!failed()) check_leaks(before);
   g_current_run.store(nullptr);
