@@ -169,11 +169,19 @@ void finish_op(void* arg) {
   give_staging(op.staging_bytes, op.staging);
 }
 
+// After a refused op's queued work: the staging buffer back to the pool (nothing else: the caller
+// already has its error in *bytes_p and may have reused that memory).
+void give_back_staging(void* arg) {
+  std::unique_ptr<std::shared_ptr<OpState>> holder(static_cast<std::shared_ptr<OpState>*>(arg));
+  give_staging((*holder)->staging_bytes, (*holder)->staging);
+}
+
 bool aligned_4k(uint64_t v) { return (v & 4095) == 0; }
 
 // Queues the copies and host functions of every piece, then the finish function. If queueing
 // fails part way, what was queued still runs but moves no file data (the op is marked failed),
-// and the staging buffer is not reused: a queued copy may still touch it.
+// and the staging buffer goes back to the pool only behind it, if the stream still takes a host
+// function (a queued copy may touch the buffer until then); else it is never reused.
 Error enqueue(const std::shared_ptr<OpState>& op, cuda::CUdeviceptr dst, cuda::CUstream s) {
   const cuda::Driver* d = cuda::driver();
   const uint64_t step = op->staging_bytes;
@@ -196,9 +204,16 @@ Error enqueue(const std::shared_ptr<OpState>& op, cuda::CUdeviceptr dst, cuda::C
   }
   if (r != cuda::CUDA_SUCCESS) {
     op->abandoned.store(true, std::memory_order_release);
-    GPUFILE_LOG(gpufile::LogLevel::error,
-                "stream op: queueing failed (CUresult %d); %llu bytes of staging memory are "
-                "not reused", r, static_cast<unsigned long long>(op->staging_bytes));
+    // Without this, every refused op kept its pinned buffer until the process ended (found by
+    // the seeded simulation, tests/sim, through the driver double's count of pinned memory).
+    auto holder = std::make_unique<std::shared_ptr<OpState>>(op);
+    if (d->LaunchHostFunc(s, give_back_staging, holder.get()) == cuda::CUDA_SUCCESS) {
+      holder.release();
+    } else {
+      GPUFILE_LOG(gpufile::LogLevel::error,
+                  "stream op: queueing failed (CUresult %d); %llu bytes of staging memory are "
+                  "not reused", r, static_cast<unsigned long long>(op->staging_bytes));
+    }
     return Error::cu(r);
   }
   return Error::none();

@@ -164,7 +164,14 @@ SegmentNext apply_result(const Job& job, Segment& seg, int res, Error* err) {
     *err = Error::sys(EIO);                  // a write that moves nothing cannot progress
     return SegmentNext::failed;
   }
-  if ((res == -EAGAIN || res == -EINTR) && ++seg.retries <= kMaxRetries) return SegmentNext::again;
+  if (res == -EAGAIN || res == -EINTR) {
+    if (++seg.retries <= kMaxRetries) return SegmentNext::again;
+    // Giving up on a storm of interruptions: EINTR would tell the caller that its own call was
+    // interrupted by a signal, which it was not (the seeded simulation, tests/sim, saw EINTR
+    // reach a caller). It is a temporary condition: EAGAIN.
+    *err = Error::sys(EAGAIN);
+    return SegmentNext::failed;
+  }
   if (res == -EINVAL && seg.direct) {
     // The file took O_DIRECT at open but refuses this IO: go on through the page cache.
     to_page_cache();

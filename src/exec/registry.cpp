@@ -62,12 +62,16 @@ Error fill_file_ref(Session& s, FileHandle& h, DirectIoPolicy policy) {
   if (policy == DirectIoPolicy::automatic && in_memory) policy = DirectIoPolicy::never;
   if (h.user_direct) {
     int fd = reopen(h.user_fd, h.access);
-    if (fd >= 0) r.fd_buffered = h.own_buffered = fd;
+    // Without a page-cache fd of our own, every unaligned head or tail would go to the
+    // caller's O_DIRECT fd, where the kernel refuses it with EINVAL (found by the seeded
+    // simulation, tests/sim: a write failed with EINVAL after the reopen had failed with EIO;
+    // EMFILE does the same). Refuse the registration with the reopen's error instead.
+    if (fd < 0) return Error::sys(-fd);
+    r.fd_buffered = h.own_buffered = fd;
     // No readahead on our page-cache fd: pages read ahead asynchronously can land in the cache
     // after an O_DIRECT write of the same range has invalidated it, leaving stale data there.
-    if (fd >= 0) posix_fadvise(fd, 0, 0, POSIX_FADV_RANDOM);
-    // Without a buffered fd of our own, the caller's O_DIRECT fd must serve everything.
-    if (policy != DirectIoPolicy::never || fd < 0) r.fd_direct = h.user_fd;
+    posix_fadvise(fd, 0, 0, POSIX_FADV_RANDOM);
+    if (policy != DirectIoPolicy::never) r.fd_direct = h.user_fd;
   } else if (policy != DirectIoPolicy::never) {
     int fd = reopen(h.user_fd, h.access | O_DIRECT);
     if (fd >= 0) r.fd_direct = h.own_direct = fd;

@@ -210,12 +210,14 @@ Error Runtime::prepare(sys::IoKind kind, void* handle, const void* base, uint64_
   if (kind == sys::IoKind::read && f.access == O_WRONLY) return Error::of(Errc::invalid_open_flag);
   if (kind == sys::IoKind::write && f.access == O_RDONLY) return Error::sys(EIO);
   // The fd must still be the file that was registered (closed, or reused for another file?).
+  // A failing fstat says why itself (EBADF for a closed fd): an EIO from it is not a closed fd
+  // (the seeded simulation, tests/sim, saw EIO reported as EBADF).
   struct stat st {};
   if (const struct stat* known = seen != nullptr ? seen->find(handle) : nullptr) {
     st = *known;
   } else {
-    if (sys::os().fstat(f.user_fd, &st) < 0 || st.st_dev != f.dev || st.st_ino != f.ino)
-      return Error::sys(EBADF);
+    if (int rc = sys::os().fstat(f.user_fd, &st); rc < 0) return Error::sys(-rc);
+    if (st.st_dev != f.dev || st.st_ino != f.ino) return Error::sys(EBADF);
     if (seen != nullptr) seen->add(handle, st);
   }
 
