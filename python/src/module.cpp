@@ -375,6 +375,8 @@ nb::dict stats_dict() {
     out[op == 0 ? "read" : "write"] = d;
   }
   out["level"] = s.level;
+  // Pinned staging memory held now (slabs of the open driver); 0 after driver_close().
+  out["pinned_staging_bytes"] = cuda::live_pinned_bytes();
   return out;
 }
 

@@ -305,6 +305,11 @@ void release_stream_staging() {
     for (char* b : bufs) cuda::free_pinned(b, size);
 }
 
+void forget_stream_registrations() {
+  std::lock_guard lock(streams_mu);
+  registered_streams().clear();
+}
+
 }  // namespace gpufile::capi
 
 extern "C" {
