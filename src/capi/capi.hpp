@@ -38,6 +38,12 @@ void release_stream_staging();
 // a program that closes the driver and opens it again registers its streams again, which must
 // not fail as a double registration.
 void forget_stream_registrations();
+// Both of the above: what every API's driver close (cuFileDriverClose, Python's
+// gpufile.driver_close) does once the session is gone.
+inline void on_driver_closed() {
+  release_stream_staging();
+  forget_stream_registrations();
+}
 
 inline CUfileError_t result_of(CUfileOpError e) {
   CUfileError_t r{};

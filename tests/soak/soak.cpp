@@ -1006,6 +1006,26 @@ Baseline warm_cuda_and_count() {
   return Baseline{count_fds(), s.threads - count_io_uring_threads(), thread_names()};
 }
 
+// Waits (up to 3 s) until the thread count, io_uring's workers aside, holds still for 250 ms:
+// threads of a destroyed CUDA stream (the test double's, and the real driver's internal ones)
+// end a moment after the call that destroyed it returned.
+void settle_threads() {
+  auto count = [] {
+    Sample s;
+    read_status(&s);
+    return s.threads - count_io_uring_threads();
+  };
+  const auto limit = Clock::now() + std::chrono::seconds(3);
+  long last = count();
+  int still = 0;
+  while (still < 5 && Clock::now() < limit) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    long n = count();
+    still = n == last ? still + 1 : 0;
+    last = n;
+  }
+}
+
 struct Range3 {
   double min = 0, max = 0, first = 0, last = 0;
 };
@@ -1175,9 +1195,11 @@ int main(int argc, char** argv) {
       }
     }
     soak.phase = "pause";
+    settle_threads();
     quiet_open.push_back(soak.sample("quiet-open"));
     driver_ok = close_driver();
     if (driver_ok) {
+      settle_threads();
       quiet_closed.push_back(soak.sample("quiet-closed"));
       if (quiet_closed.back().pinned_staging != 0)
         soak.error("%" PRIu64 " bytes of pinned staging still held with the driver closed",
