@@ -11,6 +11,7 @@
 #include <string>
 
 #include "api/file.hpp"
+#include "capi/capi.hpp"
 #include "buffer.hpp"
 #include "core/config.hpp"
 #include "core/stats.hpp"
@@ -375,6 +376,8 @@ nb::dict stats_dict() {
     out[op == 0 ? "read" : "write"] = d;
   }
   out["level"] = s.level;
+  // Pinned staging memory held now (slabs of the open driver); 0 after driver_close().
+  out["pinned_staging_bytes"] = cuda::live_pinned_bytes();
   return out;
 }
 
@@ -467,6 +470,9 @@ NB_MODULE(_gpufile, m) {
     {
       nb::gil_scoped_release unlocked;
       e = Runtime::instance().close();
+      // As cuFileDriverClose does: read_async/write_async run on the cuFile stream API, whose
+      // pinned staging pool would otherwise outlive the driver (found by tests/soak/soak.py).
+      if (e.ok() && !Runtime::instance().is_open()) capi::on_driver_closed();
     }
     if (e && e.code != Errc::driver_not_open) raise(e, "driver close");
   });

@@ -34,6 +34,16 @@ ssize_t negative_code(const Error& e);
 
 // Frees the stream API's staging buffers (src/capi/stream.cpp); called when the driver closes.
 void release_stream_staging();
+// Forgets every cuFileStreamRegister: cuFile deregisters streams at driver close (spec §3.9), so
+// a program that closes the driver and opens it again registers its streams again, which must
+// not fail as a double registration.
+void forget_stream_registrations();
+// Both of the above: what every API's driver close (cuFileDriverClose, Python's
+// gpufile.driver_close) does once the session is gone.
+inline void on_driver_closed() {
+  release_stream_staging();
+  forget_stream_registrations();
+}
 
 inline CUfileError_t result_of(CUfileOpError e) {
   CUfileError_t r{};

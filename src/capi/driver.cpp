@@ -90,7 +90,7 @@ CUfileError_t cuFileDriverOpen(void) {
 CUfileError_t cuFileDriverClose_v2(void) {
   return guarded(__func__, [] {
     Error e = Runtime::instance().close();
-    if (e.ok() && !Runtime::instance().is_open()) gpufile::capi::release_stream_staging();
+    if (e.ok() && !Runtime::instance().is_open()) gpufile::capi::on_driver_closed();
     return e;
   });
 }

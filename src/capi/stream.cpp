@@ -316,8 +316,20 @@ void release_stream_staging() {
     std::lock_guard lock(pool_mu);
     freeing.swap(pool());
   }
+  // A context must be current to unregister them (the driver refuses cuMemHostUnregister on a
+  // thread without one, and the munmapped range then stays registered: the next registration of
+  // memory mapped there failed with CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED). The thread that
+  // closes the driver need not have one: found by tests/soak/soak.py closing from Python's main
+  // thread.
+  if (freeing.empty()) return;
+  cuda::ScopedAnyContext ctx;
   for (auto& [size, bufs] : freeing)
     for (char* b : bufs) cuda::free_pinned(b, size);
+}
+
+void forget_stream_registrations() {
+  std::lock_guard lock(streams_mu);
+  registered_streams().clear();
 }
 
 }  // namespace gpufile::capi

@@ -2,6 +2,7 @@
 
 #include <sys/mman.h>
 
+#include <atomic>
 #include <cstdlib>
 
 namespace gpufile::cuda {
@@ -45,7 +46,12 @@ constexpr size_t kHugePage = 2 << 20;
 
 size_t round_up(size_t n, size_t to) { return (n + to - 1) / to * to; }
 
+// live_pinned_bytes(): one relaxed add per slab allocation and free, nothing on the data path.
+std::atomic<uint64_t> g_live_pinned{0};
+
 }  // namespace
+
+uint64_t live_pinned_bytes() { return g_live_pinned.load(std::memory_order_relaxed); }
 
 // Anonymous pages, faulted in here (as transparent huge pages where the kernel allows them), then
 // registered with the driver. Faulting the pages in is what pinning costs in a VM, and huge pages
@@ -73,6 +79,7 @@ Error alloc_pinned(size_t bytes, void** out) {
       return Error::cu(res);
     }
   }
+  g_live_pinned.fetch_add(len, std::memory_order_relaxed);
   *out = p;
   return Error::none();
 }
@@ -81,6 +88,7 @@ void free_pinned(void* p, size_t bytes) {
   if (p == nullptr) return;
   if (const Driver* d = driver()) d->MemHostUnregister(p);
   munmap(p, round_up(bytes, kPage));
+  g_live_pinned.fetch_sub(round_up(bytes, kPage), std::memory_order_relaxed);
 }
 
 ScopedContext::ScopedContext(CUcontext ctx) {

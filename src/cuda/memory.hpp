@@ -35,6 +35,10 @@ Error classify(const void* ptr, MemInfo* out);
 // free_pinned() with the same size.
 Error alloc_pinned(size_t bytes, void** out);
 void free_pinned(void* p, size_t bytes);
+// Bytes of pinned staging held now: what alloc_pinned() handed out and free_pinned() has not yet
+// taken back (page-rounded). A leak check for soak runs and tests (tests/soak, Python's
+// gpufile.stats()["pinned_staging_bytes"]); 0 once the driver is closed.
+uint64_t live_pinned_bytes();
 
 // Makes `ctx` current on this thread if it is not already; restores the previous context on
 // destruction. A null ctx is a no-op.

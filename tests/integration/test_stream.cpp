@@ -541,5 +541,52 @@ TEST_F(StreamTest, ManyOpsOnSeveralStreams) {
   for (int t = 0; t < kThreads; ++t) EXPECT_EQ(errors[t], "") << "thread " << t;
 }
 
+// cuFile deregisters streams at driver close (spec §3.9): after a close and an open, registering
+// the same stream again succeeds (it is not a double registration), and so does IO on it.
+TEST_F(StreamTest, DriverCloseForgetsStreamRegistrations) {
+  ASSERT_EQ(cuFileStreamRegister(cs(stream_), 0).err, CU_FILE_SUCCESS);
+  EXPECT_EQ(cuFileStreamRegister(cs(stream_), 0).err, CU_FILE_INVALID_VALUE) << "a double registration";
+  h_.release_handle();  // the close below drops the handle with the session
+  drain_driver();
+  ASSERT_EQ(cuFileDriverOpen().err, CU_FILE_SUCCESS);
+  EXPECT_EQ(cuFileStreamRegister(cs(stream_), 0).err, CU_FILE_SUCCESS) << "registered again after a reopen";
+  CUfileHandle_t fh = nullptr;
+  ASSERT_EQ(register_fd(h_.fd(), &fh).err, CU_FILE_SUCCESS);
+  Params& p = *params_;
+  p = Params{4096, 1, 0, -1};
+  ASSERT_EQ(cuFileReadAsync(fh, buf_->ptr(), &p.size, &p.file_offset, &p.buf_offset, &p.bytes, cs(stream_)).err,
+            CU_FILE_SUCCESS);
+  ASSERT_EQ(drv()->StreamSynchronize(stream_), cu::CUDA_SUCCESS);
+  EXPECT_EQ(p.bytes, 4096);
+  std::vector<uint8_t> got = buf_->read_back(0, 4096);
+  EXPECT_EQ(first_mismatch(got.data(), shadow_.data() + 1, 4096), "");
+  EXPECT_EQ(cuFileStreamDeregister(cs(stream_)).err, CU_FILE_SUCCESS);
+  EXPECT_EQ(cuFileStreamDeregister(cs(stream_)).err, CU_FILE_INVALID_VALUE) << "a double deregistration";
+  cuFileHandleDeregister(fh);
+}
+
+// The stream API's pinned staging is freed when the driver closes, also when the thread that
+// closes it has no CUDA context current (the driver refuses cuMemHostUnregister there).
+TEST_F(StreamTest, DriverCloseFromAThreadWithoutContextFreesStaging) {
+  auto live = reinterpret_cast<size_t (*)()>(driver_symbol("fakecuda_live_registered_bytes"));
+  if (live == nullptr) GTEST_SKIP() << "needs the CUDA driver test double";
+  h_.reset();
+  drain_driver();
+  const size_t before = live();  // what earlier tests of this process left is not ours
+  ASSERT_EQ(cuFileDriverOpen().err, CU_FILE_SUCCESS);
+  Handle h(path_, O_RDWR);
+  ASSERT_TRUE(h.ok());
+  Params& p = *params_;
+  p = Params{100000, 3, 0, -1};
+  ASSERT_EQ(cuFileReadAsync(h.get(), buf_->ptr(), &p.size, &p.file_offset, &p.buf_offset, &p.bytes, cs(stream_)).err,
+            CU_FILE_SUCCESS);
+  ASSERT_EQ(drv()->StreamSynchronize(stream_), cu::CUDA_SUCCESS);
+  EXPECT_EQ(p.bytes, 100000);
+  h.reset();
+  std::thread([] { drain_driver(); }).join();  // a fresh thread: no context current
+  EXPECT_EQ(cuFileUseCount(), 0);
+  EXPECT_EQ(live(), before) << "pinned staging still registered after the driver closed";
+}
+
 }  // namespace
 }  // namespace capi_test
