@@ -21,6 +21,7 @@
 namespace gpufile {
 
 Io::~Io() {
+  fence_.reset();  // before the in-flight counts drop: a driver close may be waiting on them
   if (file_) drop(file_->inflight);
   if (buffer_) drop(buffer_->inflight);
   file_.reset();
@@ -58,6 +59,7 @@ void Runtime::after_fork_in_parent() {
 
 void Runtime::after_fork_in_child() {
   exec::forget_workers_after_fork();
+  cuda::forget_driver_after_fork();
   if (session_) {
     // Its workers do not exist here and its locks may be held by threads that do not either:
     // leak it rather than run its destructor. Into static storage, not the heap: nothing here
@@ -271,39 +273,60 @@ void record(const Io& io, const IoResult& r, bool one_piece_on_caller, uint64_t 
   stats::record_runners(op, caller_bytes, r.bytes - std::min(caller_bytes, r.bytes));
 }
 
-// A synchronous call on GPU memory comes after the work its caller queued on the legacy default
-// stream, as cudaMemcpy does: a cuMemsetD8, or a cuMemcpyHtoD from pageable memory, may return
-// before its bytes land, and a cuFileWrite of that memory right after must write the new bytes
-// (and a cuFileRead's bytes must not be overwritten by it). Pieces run on the caller's thread get
-// this from their blocking streams (exec/caller.hpp). The workers' streams cannot be blocking ones (a stream op queued on the legacy stream
-// waits for them: neither could go first), so when the legacy stream has work pending, an event
-// recorded behind it is what every copy of the job waits for.
+}  // namespace
+
+// A call on GPU memory comes after the work its caller queued on the legacy default stream, as
+// cudaMemcpy does: a cuMemsetD8, or a cuMemcpyHtoD from pageable memory, may return before its
+// bytes land, and a cuFileWrite (or a batch write submitted) right after must write the new
+// bytes (and a read's bytes must not be overwritten by that work). Pieces run on the caller's
+// thread get this from their blocking streams (exec/caller.hpp). The workers' streams cannot be
+// blocking ones (a stream op queued on the legacy stream waits for them: neither could go
+// first), so when the legacy stream has work pending, an event recorded behind it is what every
+// copy of the job waits for (Job::after). The fence lives as long as the Io that waits on it.
 class LegacyStreamFence {
  public:
-  explicit LegacyStreamFence(exec::Job& job) : job_(job) {
+  // Null when the context's legacy stream is idle, or when no event could be made and this
+  // thread waited for the stream instead (which orders the same way).
+  static std::shared_ptr<LegacyStreamFence> behind(cuda::CUcontext ctx) {
     const cuda::Driver* d = cuda::driver();
-    if (!job.staged() || d == nullptr) return;
-    cuda::ScopedContext ctx(job.mem.context);
-    if (d->StreamQuery(nullptr) != cuda::CUDA_ERROR_NOT_READY) return;  // idle (or broken)
-    if (d->EventCreate(&event_, cuda::CU_EVENT_DISABLE_TIMING) == cuda::CUDA_SUCCESS &&
-        d->EventRecord(event_, nullptr) == cuda::CUDA_SUCCESS) {
-      job.after = event_;
-      return;
+    if (d == nullptr) return nullptr;
+    cuda::ScopedContext current(ctx);
+    if (d->StreamQuery(nullptr) != cuda::CUDA_ERROR_NOT_READY) return nullptr;  // idle (or broken)
+    cuda::CUevent e = nullptr;
+    if (d->EventCreate(&e, cuda::CU_EVENT_DISABLE_TIMING) == cuda::CUDA_SUCCESS) {
+      if (d->EventRecord(e, nullptr) == cuda::CUDA_SUCCESS)
+        return std::make_shared<LegacyStreamFence>(ctx, e);
+      d->EventDestroy(e);
     }
-    // No event: wait here instead, which orders the same way.
     d->StreamSynchronize(nullptr);
+    return nullptr;
   }
+  LegacyStreamFence(cuda::CUcontext ctx, cuda::CUevent e) : ctx_(ctx), event_(e) {}
   ~LegacyStreamFence() {
-    job_.after = nullptr;
-    if (event_ != nullptr) cuda::driver()->EventDestroy(event_);
+    cuda::ScopedContext current(ctx_);  // an Io may end on a thread without the context
+    cuda::driver()->EventDestroy(event_);
   }
   LegacyStreamFence(const LegacyStreamFence&) = delete;
   LegacyStreamFence& operator=(const LegacyStreamFence&) = delete;
+  cuda::CUevent event() const { return event_; }
 
  private:
-  exec::Job& job_;
-  cuda::CUevent event_ = nullptr;
+  cuda::CUcontext ctx_;
+  cuda::CUevent event_;
 };
+
+namespace {
+
+// Fences the Io's job behind its context's legacy stream, if it is staged: one query per
+// context for all the Ios of one submission (`memo`).
+using FenceMemo = std::vector<std::pair<cuda::CUcontext, std::shared_ptr<LegacyStreamFence>>>;
+std::shared_ptr<LegacyStreamFence> fence_for(const exec::Job& job, FenceMemo* memo) {
+  if (!job.staged()) return nullptr;
+  for (const auto& [ctx, fence] : *memo)
+    if (ctx == job.mem.context) return fence;
+  memo->emplace_back(job.mem.context, LegacyStreamFence::behind(job.mem.context));
+  return memo->back().second;
+}
 
 // Counts synchronous calls in Runtime::run while they run (the routing's `callers`).
 class CallerCount {
@@ -387,9 +410,10 @@ IoResult Runtime::run(Io& io) {
   }
   job.split(plan.step);
   const bool on_caller = plan.runner != route::Runner::workers;
-  std::optional<LegacyStreamFence> fence;  // until the job is done: workers' copies wait on it
   if (!on_caller || plan.helpers > 0) {
-    fence.emplace(job);
+    FenceMemo memo;
+    io.fence_ = fence_for(job, &memo);  // until the Io ends: the workers' copies wait on it
+    job.after = io.fence_ ? io.fence_->event() : nullptr;
     s.exec->publish(&job, plan.helpers);
   }
   const uint64_t mine = on_caller ? exec::run_on_caller(job, lease) : 0;
@@ -408,8 +432,11 @@ void Runtime::submit(Io& io) {
 void Runtime::submit(Io* const* ios, size_t n) {
   std::vector<exec::Job*> jobs;
   jobs.reserve(n);
+  FenceMemo memo;
   for (size_t k = 0; k < n; ++k) {
     route_storage(*ios[k]);
+    ios[k]->fence_ = fence_for(ios[k]->job, &memo);
+    ios[k]->job.after = ios[k]->fence_ ? ios[k]->fence_->event() : nullptr;
     jobs.push_back(&ios[k]->job);
     // (Ios prepared across a driver close and reopen belong to different sessions.)
     const bool last_of_session = k + 1 == n || ios[k + 1]->session_ != ios[k]->session_;

@@ -28,6 +28,8 @@ struct BufferRegistration;
 // One validated IO. Holds the session, the file handle and the buffer registration it uses, so
 // none of them can go away (deregister and close wait) until the Io is destroyed. An Io may be
 // destroyed on any thread, an IO worker's included (batch completions do that).
+class LegacyStreamFence;
+
 class Io {
  public:
   ~Io();
@@ -35,6 +37,8 @@ class Io {
 
  private:
   friend class Runtime;
+  // What the job's copies wait for on the legacy stream (Job::after), while the Io lives.
+  std::shared_ptr<LegacyStreamFence> fence_;
   // Counted in Session::inflight, not owned: the session is destroyed by Runtime::close() on
   // the closing thread, never by the last Io (which may run on a worker that close must join).
   Session* session_ = nullptr;

@@ -1,4 +1,4 @@
-// Suite 6: a synchronous cuFileRead / cuFileWrite of GPU memory comes after the work its caller
+// Suite 6: a synchronous cuFileRead / cuFileWrite (or a batch entry) of GPU memory comes after the work its caller
 // queued on the legacy default stream before the call, as cudaMemcpy does. CUDA lets a
 // cuMemsetD8 of device memory (or a cuMemcpyHtoD from pageable memory) return before its bytes
 // land; a write of that memory right after must write the new bytes, and a read's bytes must not
@@ -89,6 +89,50 @@ TEST_P(LegacyOrder, AReadIsNotOverwrittenByAMemsetQueuedBeforeIt) {
   std::vector<uint8_t> got = buf_->read_back(0, size());
   EXPECT_EQ(first_mismatch(got.data(), data_.data(), size()), "")
       << "the memset queued before the read landed on top of it";
+}
+
+// The same for a batch entry: its copies come after what the legacy stream had queued when it
+// was submitted (found by the GPU soak: a batch write of device memory filled by a pageable
+// cuMemcpyHtoD stored older bytes while the GPU was busy).
+ssize_t batch_io(CUfileHandle_t fh, void* buf, size_t size, CUfileOpcode_t op) {
+  CUfileBatchHandle_t bh = nullptr;
+  if (cuFileBatchIOSetUp(&bh, 1).err != CU_FILE_SUCCESS) return -1;
+  CUfileIOParams_t p{};
+  p.mode = CUFILE_BATCH;
+  p.fh = fh;
+  p.opcode = op;
+  p.u.batch.devPtr_base = buf;
+  p.u.batch.size = size;
+  ssize_t n = -1;
+  if (cuFileBatchIOSubmit(bh, 1, &p, 0).err == CU_FILE_SUCCESS) {
+    CUfileIOEvents_t ev{};
+    unsigned nr = 0;
+    for (int i = 0; i < 600 && nr == 0; ++i) {  // up to a minute
+      nr = 1;
+      timespec t{0, 100 * 1000 * 1000};
+      if (cuFileBatchIOGetStatus(bh, 1, &nr, &ev, &t).err != CU_FILE_SUCCESS) break;
+    }
+    if (nr == 1 && ev.status == CUFILE_COMPLETE) n = static_cast<ssize_t>(ev.ret);
+  }
+  cuFileBatchIODestroy(bh);
+  return n;
+}
+
+TEST_P(LegacyOrder, ABatchWriteStoresWhatAMemsetQueuedBeforeItsSubmission) {
+  ssize_t n = behind_queued_memset([&] { return batch_io(h_.get(), buf_->ptr(), size(), CUFILE_WRITE); });
+  ASSERT_EQ(n, static_cast<ssize_t>(size()));
+  std::vector<uint8_t> file = read_file(path_, 0, size());
+  EXPECT_EQ(not_filled(file.data(), size(), kQueued), "")
+      << "the batch write stored bytes from before the memset queued ahead of it";
+}
+
+TEST_P(LegacyOrder, ABatchReadIsNotOverwrittenByAMemsetQueuedBeforeItsSubmission) {
+  ssize_t n = behind_queued_memset([&] { return batch_io(h_.get(), buf_->ptr(), size(), CUFILE_READ); });
+  ASSERT_EQ(n, static_cast<ssize_t>(size()));
+  ASSERT_EQ(drv()->StreamSynchronize(nullptr), cu::CUDA_SUCCESS);
+  std::vector<uint8_t> got = buf_->read_back(0, size());
+  EXPECT_EQ(first_mismatch(got.data(), data_.data(), size()), "")
+      << "the memset queued before the batch read landed on top of it";
 }
 
 // Inline small IO (its own blocking streams) and the executor's pipeline (one and many chunks).

@@ -416,6 +416,7 @@ bool known_ctx(CUcontext c) {
 // Queues
 
 void queue_worker(std::shared_ptr<Queue> q) {
+  pthread_setname_np(pthread_self(), "fakecuda-strm");  // tests count these apart
   std::unique_lock lk(q->m);
   for (;;) {
     q->cv.wait(lk, [&] { return !q->ops.empty() || q->closing; });
@@ -703,9 +704,21 @@ CUresult copy_async(const std::shared_ptr<Queue>& q, Side dst, Side src, size_t 
   return CUDA_SUCCESS;
 }
 
-// A synchronous copy: legacy-stream ordered, returns when done.
+// A synchronous copy: legacy-stream ordered, returns when done, except from pageable memory
+// into CUDA-known memory: the real driver returns once the source is staged, before the bytes
+// land ("API synchronization behavior" in the CUDA driver API documentation). Work queued
+// later on the legacy stream or a blocking stream comes after the copy; a non-blocking
+// stream's copy of the destination may still see the old bytes.
 CUresult copy_sync(CUctx_st* c, Side dst, Side src, size_t n) {
   auto q = null_queue(c);
+  if (!src.pinned && dst.pinned) {
+    auto staged = std::shared_ptr<char[]>(new char[n]);
+    std::memcpy(staged.get(), src.mem, n);
+    Side from;
+    from.mem = staged.get();
+    enqueue(q, [dst, from, n, staged] { run_copy(dst, from, n); }, true);
+    return CUDA_SUCCESS;
+  }
   uint64_t seq = enqueue(q, [dst, src, n] { run_copy(dst, src, n); }, true);
   q->wait_for(seq);
   if (int st = G().sticky.load()) return static_cast<CUresult>(st);
