@@ -2,11 +2,19 @@
 
 #include <dlfcn.h>
 
+#include <atomic>
 #include <cstdlib>
 #include <mutex>
 
 namespace gpufile::cuda {
 namespace {
+
+// CUDA keeps none of its state across fork(): in a child of a process that had initialised it,
+// any CUDA call is undefined behaviour (NVIDIA's CUDA guidelines: fork must be followed by
+// exec); a copy engine thread or a lock held at the fork can hang it for good. Such a child
+// runs without a driver: host memory works, GPU memory is refused.
+std::atomic<bool> g_initialised{false};
+std::atomic<bool> g_forked_after_init{false};
 
 struct Loaded {
   Driver driver;
@@ -45,6 +53,7 @@ Loaded load() {
   }
   if (!bind_symbols(lib, out.driver, out.why)) return out;
   Driver& d = out.driver;
+  g_initialised.store(true);
   if (CUresult r = d.Init(0); r != CUDA_SUCCESS) {
     out.why = "cuInit failed: " + describe_with(d, r);
     return out;
@@ -77,11 +86,20 @@ std::string describe_with(const Driver& d, CUresult r) {
 }
 
 const Driver* driver() {
+  if (g_forked_after_init.load(std::memory_order_relaxed)) return nullptr;
   const Loaded& l = loaded();
   return l.usable ? &l.driver : nullptr;
 }
 
-const std::string& why_no_driver() { return loaded().why; }
+const std::string& why_no_driver() {
+  static const std::string forked =
+      "CUDA was initialised before this process was forked: not usable in the child";
+  return g_forked_after_init.load(std::memory_order_relaxed) ? forked : loaded().why;
+}
+
+void forget_driver_after_fork() {
+  if (g_initialised.load()) g_forked_after_init.store(true);
+}
 
 std::string describe(CUresult r) { return describe_with(loaded().driver, r); }
 

@@ -132,6 +132,9 @@ struct Driver {
 // driver (no libcuda, a stub library, no device); why() then says why, in one sentence.
 const Driver* driver();
 const std::string& why_no_driver();
+// In the child of a fork (pthread_atfork handler): if the parent had initialised CUDA, driver()
+// answers null from now on (see driver.cpp).
+void forget_driver_after_fork();
 
 // "CUDA_ERROR_X: text" for logs and error messages.
 std::string describe(CUresult r);
