@@ -86,13 +86,16 @@ struct Options {
   size_t max_io = 8 * MiB;
   size_t region = 16 * MiB;  // each thread's own region of the shared file
   double rss_tolerance_mib = 32;
+  std::string kinds = "device,pinned,pageable";  // memory kinds the workers use
+  bool fadvise_random = false;  // no readahead on the shared file's buffered fd
 };
 
 void usage() {
   std::fprintf(stderr,
                "usage: gpufile_soak [--seconds N] [--threads N] [--seed S] [--dir DIR] [--csv FILE] [--quiet]\n"
                "                    [--reopen-every SECONDS] [--max-io BYTES] [--region-mib N]\n"
-               "                    [--rss-tolerance-mib N]\n");
+               "                    [--rss-tolerance-mib N] [--kinds device,pinned,pageable]\n"
+               "                    [--fadvise-random]\n");
 }
 
 bool parse(int argc, char** argv, Options* o) {
@@ -115,6 +118,8 @@ bool parse(int argc, char** argv, Options* o) {
     else if (a == "--max-io") o->max_io = std::max<size_t>(1, std::strtoull(val(), nullptr, 0));
     else if (a == "--region-mib") o->region = std::max<size_t>(1, std::strtoull(val(), nullptr, 0)) * MiB;
     else if (a == "--rss-tolerance-mib") o->rss_tolerance_mib = std::atof(val());
+    else if (a == "--kinds") o->kinds = val();
+    else if (a == "--fadvise-random") o->fadvise_random = true;
     else if (a == "-h" || a == "--help") {
       usage();
       std::exit(0);
@@ -179,6 +184,10 @@ struct Sample {
   long rss_kib = 0, vm_pin_kib = 0, vm_lck_kib = 0, fds = 0;
   long threads = 0;     // the process's threads, io_uring's kernel workers not included
   long iou_threads = 0;  // those: iou-wrk-*, iou-sqp-*
+  // The CUDA driver test double runs a thread per stream ("fakecuda-strm"); the library makes
+  // streams for its staging buffers as the load first needs them, so with the driver open their
+  // number follows the load since the last reopen (the real driver starts no thread per stream).
+  long fake_stream_threads = 0;
   uint64_t pinned_staging = 0;  // gpufile's own count
   long long fake_registered = -1;  // the test double's live cuMemHostRegister bytes; -1 elsewhere
   uint64_t ops = 0, bytes = 0;
@@ -214,14 +223,15 @@ void read_status(Sample* s) {
 // io_uring's own workers (iou-wrk-*, iou-sqp-*): the kernel starts them for IO it punts to its
 // worker pool and ends them after some idle seconds, so they come and go with the load; they are
 // counted apart from the process's own threads.
-long count_io_uring_threads() {
+long count_threads_named(const char* prefix) {
+  const size_t len = std::strlen(prefix);
   long n = 0;
   if (DIR* d = opendir("/proc/self/task")) {
     while (dirent* e = readdir(d)) {
       if (e->d_name[0] == '.') continue;
       if (FILE* f = std::fopen(("/proc/self/task/" + std::string(e->d_name) + "/comm").c_str(), "re")) {
         char b[64] = {};
-        if (std::fgets(b, sizeof b, f) && std::strncmp(b, "iou-", 4) == 0) ++n;
+        if (std::fgets(b, sizeof b, f) && std::strncmp(b, prefix, len) == 0) ++n;
         std::fclose(f);
       }
     }
@@ -229,6 +239,7 @@ long count_io_uring_threads() {
   }
   return n;
 }
+long count_io_uring_threads() { return count_threads_named("iou-"); }
 
 std::string thread_names() {
   std::vector<std::pair<std::string, int>> names;
@@ -341,6 +352,7 @@ struct Soak {
     s.fds = count_fds();
     s.iou_threads = count_io_uring_threads();
     s.threads -= s.iou_threads;
+    s.fake_stream_threads = count_threads_named("fakecuda-strm");
     s.pinned_staging = cu::live_pinned_bytes();
     s.fake_registered = fake_registered_fn ? static_cast<long long>(fake_registered_fn()) : -1;
     s.ops = c.ops();
@@ -370,6 +382,36 @@ std::string mismatch(const uint8_t* got, const uint8_t* want, size_t n) {
   std::snprintf(m, sizeof m, "first wrong byte %zu of %zu: got 0x%02x want 0x%02x (%zu bytes differ)", i, n,
                 got[i], want[i], differ);
   return m;
+}
+
+// Where a wrong read came from, said after the mismatch: what the file holds now through a
+// fresh buffered fd (the page cache) and a fresh O_DIRECT fd (the disk, when the file system
+// takes O_DIRECT). Both right: the transfer into the buffer went wrong; the page cache wrong and
+// the disk right: a stale cached page; both wrong: a write put wrong bytes there.
+std::string file_now(const std::string& path, uint64_t off, size_t n, const uint8_t* want, bool direct) {
+  auto compare = [&](const uint8_t* got) {
+    size_t differ = 0;
+    for (size_t k = 0; k < n; ++k) differ += got[k] != want[k];
+    return differ == 0 ? std::string("right") : std::to_string(differ) + " bytes wrong";
+  };
+  std::string out = "; the file now: page cache ";
+  std::vector<uint8_t> got(n);
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  out += fd >= 0 && ::pread(fd, got.data(), n, static_cast<off_t>(off)) == static_cast<ssize_t>(n)
+             ? compare(got.data()) : "unreadable";
+  if (fd >= 0) ::close(fd);
+  if (!direct) return out;
+  const uint64_t lo = off / 4096 * 4096, len = (off + n + 4095) / 4096 * 4096 - lo;
+  void* bounce = nullptr;
+  if (posix_memalign(&bounce, 4096, len) != 0) return out;
+  out += ", disk ";
+  fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_DIRECT);
+  ssize_t r = fd >= 0 ? ::pread(fd, bounce, len, static_cast<off_t>(lo)) : -1;
+  out += r >= static_cast<ssize_t>(off + n - lo) ? compare(static_cast<uint8_t*>(bounce) + (off - lo))
+                                                  : "unreadable";
+  if (fd >= 0) ::close(fd);
+  std::free(bounce);
+  return out;
 }
 
 CUfileError_t register_fd(int fd, CUfileHandle_t* fh) {
@@ -463,9 +505,12 @@ class Worker {
     buf_size_ = g->opt.max_io + 64 * KiB;
     scratch_.resize(buf_size_ + 2 * kGuard);
     want_.resize(buf_size_ + 2 * kGuard);
-    const Kind kinds[] = {Kind::device, Kind::pinned, Kind::pageable};
-    for (int k = 0; k < 3; ++k) {
-      Kind kind = g->have_driver ? kinds[k] : Kind::pageable;
+    std::vector<Kind> kinds;  // --kinds: the three buffers cycle through the kinds named
+    for (Kind k : {Kind::device, Kind::pinned, Kind::pageable})
+      if (g->opt.kinds.find(kind_name(k)) != std::string::npos) kinds.push_back(k);
+    if (kinds.empty()) kinds.push_back(Kind::pageable);
+    for (size_t k = 0; k < 3; ++k) {
+      Kind kind = g->have_driver ? kinds[k % kinds.size()] : Kind::pageable;
       if (!alloc_buf(&bufs_[k], kind, buf_size_)) g->error("thread %d: allocating %s memory failed", id_, kind_name(kind));
     }
     if (g->have_driver) {
@@ -605,6 +650,7 @@ class Worker {
     }
     std::string m = mismatch(scratch_.data() + lo, want, size);
     if (!m.empty()) {
+      if (want == g->shadow.data() + off) m += file_now(g->path, off, size, want, g->direct_ok);
       fail(what(op, h, b, off, size, boff) + ": " + m);
       return false;
     }
@@ -752,6 +798,7 @@ class Worker {
           std::vector<uint8_t> got(e.r.size);
           if (!download(b, e.boff, got.data(), e.r.size)) return fail("cuMemcpyDtoH failed");
           std::string m = mismatch(got.data(), g->shadow.data() + e.r.off, e.r.size);
+          if (!m.empty()) m += file_now(g->path, e.r.off, e.r.size, g->shadow.data() + e.r.off, g->direct_ok);
           if (!m.empty()) {
             cuFileBatchIODestroy(bh);
             return fail(what(op, e.h, b, e.r.off, e.r.size, e.boff) + ": " + m);
@@ -824,6 +871,7 @@ class Worker {
         std::vector<uint8_t> got(o.r.size);
         if (!download(b, o.boff, got.data(), o.r.size)) return fail("cuMemcpyDtoH failed");
         std::string m = mismatch(got.data(), g->shadow.data() + o.r.off, o.r.size);
+          if (!m.empty()) m += file_now(g->path, o.r.off, o.r.size, g->shadow.data() + o.r.off, g->direct_ok);
         if (!m.empty()) return fail(what(op, 0, b, o.r.off, o.r.size, o.boff) + ": " + m);
         g->c.read_bytes.fetch_add(o.r.size, std::memory_order_relaxed);
       }
@@ -1096,6 +1144,7 @@ int main(int argc, char** argv) {
     ::close(fd);
   }
   soak.fds[0] = ::open(soak.path.c_str(), O_RDWR | O_CLOEXEC);
+  if (o.fadvise_random && soak.fds[0] >= 0) posix_fadvise(soak.fds[0], 0, 0, POSIX_FADV_RANDOM);
   soak.fds[1] = ::open(soak.path.c_str(), O_RDWR | O_CLOEXEC | (soak.direct_ok ? O_DIRECT : 0));
   if (soak.fds[0] < 0 || soak.fds[1] < 0) {
     std::fprintf(stderr, "gpufile_soak: cannot open %s\n", soak.path.c_str());
@@ -1310,7 +1359,8 @@ int main(int argc, char** argv) {
     const Sample &a = quiet_open.front(), &b = quiet_open.back();
     check(a.fds == b.fds, "descriptors at the pauses (driver open): first " + std::to_string(a.fds) + ", last " +
                               std::to_string(b.fds));
-    check(a.threads == b.threads, "threads at the pauses (driver open): first " + std::to_string(a.threads) +
+    check(a.threads - a.fake_stream_threads == b.threads - b.fake_stream_threads,
+          "threads at the pauses (driver open): first " + std::to_string(a.threads) +
                                       " (" + a.names + "), last " + std::to_string(b.threads) + " (" + b.names + ")");
   }
   if (quiet_closed.size() >= 2) {
