@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "cuda/driver.hpp"
+#include "cuda/memory.hpp"
 #include "device_buffer.hpp"
 
 namespace gpufile::py {
@@ -116,6 +117,9 @@ bool int_tuple(PyObject* t, int64_t* out, int cap, int* n) {
 // The legacy default stream (CU_STREAM_LEGACY, or 0 where the null stream is the legacy one).
 bool is_legacy_stream(uintptr_t stream) { return stream == 0 || stream == 1; }
 
+// A default stream: the legacy one, or the per-thread one (CU_STREAM_PER_THREAD, 2).
+bool is_default_stream(uintptr_t stream) { return is_legacy_stream(stream) || stream == 2; }
+
 // Row-major compact: the last dimension steps by one item, each outer one by the inner extent.
 // Dimensions of size 1 may carry any stride, and so may every one of an array of 0 or 1 items.
 // The shape's dimensions are not negative.
@@ -146,23 +150,45 @@ uint64_t contiguous_bytes(const int64_t* shape, const int64_t* strides_bytes, in
   return count * itemsize;
 }
 
-void synchronize_stream(uintptr_t stream) {
-  const cuda::Driver* d = cuda::driver();
-  if (d == nullptr) return;
+namespace {
+
+// The wait itself, in whatever context is current.
+void wait_for_stream(const cuda::Driver& d, uintptr_t stream) {
   const auto handle = reinterpret_cast<cuda::CUstream>(stream);
   // cuStreamQuery and cuStreamSynchronize are documented over the same thing ("all operations
   // in the stream"): an idle stream needs no wait, nor the GIL's release and retaking (costly
   // with other Python threads waiting for it). Not for the legacy stream: synchronizing it may
   // also wait for blocking streams' earlier work (as the test double models it), which a query
   // of it does not promise to cover.
-  if (!is_legacy_stream(stream) && d->StreamQuery(handle) == cuda::CUDA_SUCCESS) return;
+  if (!is_legacy_stream(stream) && d.StreamQuery(handle) == cuda::CUDA_SUCCESS) return;
   cuda::CUresult r;
   {
     nb::gil_scoped_release unlocked;
-    r = d->StreamSynchronize(handle);
+    r = d.StreamSynchronize(handle);
   }
   if (r != cuda::CUDA_SUCCESS)
     throw std::runtime_error("cannot wait for the buffer's CUDA stream: " + cuda::describe(r));
+}
+
+}  // namespace
+
+void synchronize_stream(uintptr_t stream, uint64_t addr) {
+  const cuda::Driver* d = cuda::driver();
+  if (d == nullptr) return;
+  // A stream made by cuStreamCreate carries its context: waiting for it needs none current (as
+  // recorded on an H100, tests/support/probe), so it costs no pointer lookup.
+  if (!is_default_stream(stream)) {
+    wait_for_stream(*d, stream);
+    return;
+  }
+  // The default streams are the current context's, and the producer's is that of its memory.
+  // The calling thread may have no context current at all: Python starts threads without one,
+  // and CuPy or the CUDA runtime make theirs current only at their first call there (the driver
+  // then refused the wait with CUDA_ERROR_INVALID_CONTEXT; found by tests/soak/soak.py on an
+  // H100 with CuPy arrays, whose interface names stream 1). The thread's context is put back.
+  cuda::MemoryContext owner(reinterpret_cast<const void*>(addr));
+  cuda::ScopedContext scope(owner.get());
+  wait_for_stream(*d, stream);
 }
 
 std::unique_ptr<Buffer> Buffer::acquire(nb::handle obj, bool writable) {
@@ -222,7 +248,7 @@ bool Buffer::from_cai_fast(PyObject* cai, bool writable) {
   nbytes_ = contiguous_bytes(shape, compact ? nullptr : strides, ndim, itemsize);
   addr_ = addr;
   // Version 3: the producer's pending work on `stream` must be complete before the data is used.
-  if (has_stream) synchronize_stream(static_cast<uintptr_t>(stream_handle));
+  if (has_stream) synchronize_stream(static_cast<uintptr_t>(stream_handle), addr_);
   return true;
 }
 
@@ -246,7 +272,7 @@ void Buffer::from_cuda_array_interface(nb::handle cai_obj, bool writable) {
   nbytes_ = contiguous_bytes(shape.data(), strides.empty() ? nullptr : strides.data(), ndim, itemsize);
   // Version 3: the producer's pending work on `stream` must be complete before the data is used.
   if (cai.contains("stream") && !cai["stream"].is_none())
-    synchronize_stream(nb::cast<uintptr_t>(cai["stream"]));
+    synchronize_stream(nb::cast<uintptr_t>(cai["stream"]), addr_);
 }
 
 void Buffer::from_buffer_protocol(nb::handle obj, bool writable) {
@@ -288,7 +314,7 @@ void Buffer::from_dlpack(nb::handle obj, nb::handle dlpack_method) {
     for (int i = 0; i < t.ndim; ++i) strides_bytes.push_back(t.strides[i] * static_cast<int64_t>(itemsize));
   nbytes_ = contiguous_bytes(t.shape, t.strides ? strides_bytes.data() : nullptr, t.ndim, itemsize);
   addr_ = reinterpret_cast<uint64_t>(t.data) + t.byte_offset;
-  if (on_gpu) synchronize_stream(1);
+  if (on_gpu) synchronize_stream(1, addr_);
 }
 
 Buffer::~Buffer() {

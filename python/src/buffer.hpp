@@ -54,8 +54,10 @@ uint64_t contiguous_bytes(const int64_t* shape, const int64_t* strides_bytes, in
 
 // Waits for the work queued on a CUDA stream given as an integer handle (0 is the legacy
 // default stream, 1 and 2 the legacy and per-thread default streams, as in the CUDA array
-// interface). Does nothing without a CUDA driver. A stream other than the legacy one that is
+// interface) by the producer of the memory at `addr`. A default stream is waited for in the
+// memory's context (cuda::MemoryContext), made current for the wait on threads that have none
+// or another. Does nothing without a CUDA driver. A stream other than the legacy one that is
 // already idle costs one cuStreamQuery, with the GIL kept.
-void synchronize_stream(uintptr_t stream);
+void synchronize_stream(uintptr_t stream, uint64_t addr);
 
 }  // namespace gpufile::py

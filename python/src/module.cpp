@@ -96,8 +96,10 @@ class StreamFuture {
     ssize_t bytes = 0;
   };
 
-  StreamFuture(std::unique_ptr<Buffer> b, cuda::CUcontext ctx)
-      : params_(std::make_unique<Params>()), buffer_(std::move(b)), ctx_(ctx) {}
+  // `ctx`: the context the op was queued in, where its event lives (kept until the future goes).
+  StreamFuture(std::unique_ptr<Buffer> b, std::unique_ptr<cuda::MemoryContext> ctx)
+      : params_(std::make_unique<Params>()), buffer_(std::move(b)), owner_(std::move(ctx)),
+        ctx_(owner_->get()) {}
   ~StreamFuture() {
     {
       nb::gil_scoped_release unlocked;
@@ -158,6 +160,7 @@ class StreamFuture {
 
   std::unique_ptr<Params> params_;
   std::unique_ptr<Buffer> buffer_;
+  std::unique_ptr<cuda::MemoryContext> owner_;  // holds the context ctx_ (a primary one) alive
   cuda::CUcontext ctx_ = nullptr;
   cuda::CUevent event_ = nullptr;
 };
@@ -263,10 +266,12 @@ class PyFile {
     cuda::CUstream stream = stream_of(stream_obj);
     auto b = Buffer::acquire(buf, kind == sys::IoKind::read);
     const uint64_t n = span(*b, size, buf_offset);
-    cuda::MemInfo mem;
-    if (Error e = cuda::classify(reinterpret_cast<void*>(b->addr()), &mem)) raise(e, "stream IO");
     const uintptr_t base = b->addr();
-    auto* op = new StreamFuture(std::move(b), mem.context);
+    // Queueing needs a context current (for the default stream, the event, pinning the staging
+    // buffers) and the calling thread may have none: the memory's, for the call only.
+    auto ctx = std::make_unique<cuda::MemoryContext>(reinterpret_cast<const void*>(base));
+    cuda::ScopedContext scope(ctx->get());
+    auto* op = new StreamFuture(std::move(b), std::move(ctx));
     std::unique_ptr<StreamFuture> guard(op);
     auto& p = op->params();
     p.size = n;

@@ -102,6 +102,34 @@ ScopedContext::~ScopedContext() {
   if (switched_) driver()->CtxSetCurrent(previous_);
 }
 
+MemoryContext::MemoryContext(const void* ptr) {
+  const Driver* d = driver();
+  if (d == nullptr) return;
+  MemInfo mem;
+  // cuPointerGetAttributes needs no current context (tests/support/probe). A failed lookup
+  // (CUDA array memory) counts as memory CUDA does not know.
+  if (!classify(ptr, &mem) && mem.context != nullptr) {
+    ctx_ = mem.context;
+    return;
+  }
+  if (mem.device < 0 && d->CtxGetCurrent(&ctx_) == CUDA_SUCCESS && ctx_ != nullptr) return;
+  retain_primary(mem.device < 0 ? 0 : mem.device);
+}
+
+void MemoryContext::retain_primary(int ordinal) {
+  const Driver* d = driver();
+  CUcontext primary = nullptr;
+  if (d->DeviceGet(&device_, ordinal) != CUDA_SUCCESS ||
+      d->DevicePrimaryCtxRetain(&primary, device_) != CUDA_SUCCESS)
+    return;
+  ctx_ = primary;
+  retained_ = true;
+}
+
+MemoryContext::~MemoryContext() {
+  if (retained_) driver()->DevicePrimaryCtxRelease(device_);
+}
+
 ScopedAnyContext::ScopedAnyContext() {
   const Driver* d = driver();
   CUcontext current = nullptr;

@@ -54,6 +54,30 @@ class ScopedContext {
   bool switched_ = false;
 };
 
+// The context in which to use the memory at `ptr`: its owning context; else (memory mapped
+// without one, cuMemMap) its device's primary context; else (host memory) the thread's current
+// context; else device 0's primary context, the one the CUDA runtime binds a new thread to.
+// Primary contexts are retained for the object's life, so it may outlive a call (an event made
+// in the context); the memory keeps its owning context alive. Null without a driver, or where
+// even device 0 has none. For calls on a caller's thread, which need not have a context current
+// (Python starts threads without one): make it current with a ScopedContext.
+class MemoryContext {
+ public:
+  explicit MemoryContext(const void* ptr);
+  ~MemoryContext();
+  MemoryContext(const MemoryContext&) = delete;
+  MemoryContext& operator=(const MemoryContext&) = delete;
+
+  CUcontext get() const { return ctx_; }
+
+ private:
+  void retain_primary(int ordinal);
+
+  CUcontext ctx_ = nullptr;
+  bool retained_ = false;
+  CUdevice device_ = 0;
+};
+
 // Makes some context current for the scope when the thread has none: device 0's primary
 // context, retained for the scope. For releasing what gpufile allocated (pinned registrations
 // are portable, so any context will do) on a thread that never used CUDA: the driver refuses

@@ -3,6 +3,7 @@ the fast path takes, the ones it hands to the general path (same answers and err
 and the producer's stream being waited for."""
 import ctypes
 import os
+import threading
 
 import numpy as np
 import pytest
@@ -152,6 +153,12 @@ class FakeCuda:
     def synchronize(self, stream):
         assert self.lib.cuStreamSynchronize(ctypes.c_void_p(stream)) == 0
 
+    def current(self):
+        """The context current on the calling thread (None: none)."""
+        ctx = ctypes.c_void_p()
+        assert self.lib.cuCtxGetCurrent(ctypes.byref(ctx)) == 0
+        return ctx.value
+
 
 @pytest.fixture
 def fake():
@@ -195,3 +202,93 @@ def test_an_idle_stream_is_only_queried(data_file, fake):
         assert syncs_of_a_read(f, stream) == own
         assert syncs_of_a_read(f, 1) == own + 1
     assert np.array_equal(device_bytes(buf), data)
+
+
+# ---- threads without a CUDA context -------------------------------------------------------------
+# Python starts threads with no CUDA context current; CuPy and the CUDA runtime make theirs current
+# only at their first call on the thread. The default streams belong to the current context, and
+# the driver refuses them without one (CUDA_ERROR_INVALID_CONTEXT, which tests/soak/soak.py hit on
+# an H100 with CuPy arrays: their interface names stream 1).
+
+def on_a_new_thread(fake, fn):
+    """fn()'s result, run on a new thread; checks the thread had no context current before the
+    call, and has none after it (gpufile puts back what it found)."""
+    out = {}
+
+    def run():
+        try:
+            out["before"] = fake.current()
+            out["result"] = fn()
+            out["after"] = fake.current()
+        except BaseException as e:  # re-raised on the test's thread
+            out["error"] = e
+
+    t = threading.Thread(target=run)
+    t.start()
+    t.join()
+    if "error" in out:
+        raise out["error"]
+    assert out["before"] is None and out["after"] is None
+    return out["result"]
+
+
+class DLPackOnly:
+    """Exports a DeviceBuffer through DLPack alone (the producer is asked for stream 1)."""
+
+    def __init__(self, owner):
+        self.owner = owner
+
+    def __dlpack__(self, **kwargs):
+        return self.owner.__dlpack__(**kwargs)
+
+    def __dlpack_device__(self):
+        return self.owner.__dlpack_device__()
+
+
+@needs_fake
+def test_legacy_stream_work_is_waited_for_on_a_thread_without_context(tmp_path, fake):
+    """The producer's slow memset on the legacy stream, then a pwrite of that memory from a
+    thread without a context: waited for in the memory's context, the memset's bytes written."""
+    n = 64 * 1024
+    buf = gpufile.DeviceBuffer(n)
+    fake.lib.fakecuda_set_async_delay_us(200_000)
+    fake.memset_async(buf.ptr, 0xAB, n, 1)
+    with gpufile.open(tmp_path / "out.bin", "w") as f:
+        assert on_a_new_thread(fake, lambda: f.pwrite(Cai(buf, stream=1)).result()) == n
+    assert (tmp_path / "out.bin").read_bytes() == b"\xab" * n
+
+
+@needs_fake
+@pytest.mark.parametrize("export", [
+    lambda buf: Cai(buf, stream=1),
+    lambda buf: Cai(buf, stream=2),                    # the per-thread default stream
+    lambda buf: Cai(buf, stream=1, typestr="<u01"),    # the general path
+    DLPackOnly,
+], ids=["cai-legacy", "cai-per-thread", "cai-general-path", "dlpack"])
+def test_read_on_a_thread_without_context(data_file, fake, export):
+    path, data = data_file(4096)
+    buf = gpufile.DeviceBuffer(4096)
+    with gpufile.open(path) as f:
+        assert on_a_new_thread(fake, lambda: f.read(export(buf))) == 4096
+    assert np.array_equal(device_bytes(buf), data)
+
+
+@needs_fake
+@pytest.mark.parametrize("memory", ["device", "host"])
+def test_stream_io_on_a_thread_without_context(tmp_path, data_file, fake, memory):
+    """read_async / write_async on the legacy stream and on a created one, from a thread that
+    has no context: queued in the memory's context (device 0's for host memory)."""
+    path, data = data_file(8192)
+    buf = gpufile.DeviceBuffer(4096) if memory == "device" else np.zeros(4096, np.uint8)
+    stream = fake.new_stream()
+
+    def stream_io():
+        with gpufile.open(path) as f:
+            assert f.read_async(buf, 0, file_offset=4096).result() == 4096
+            assert f.read_async(buf, stream, size=1024).result() == 1024
+        with gpufile.open(tmp_path / "out.bin", "w") as f:
+            return f.write_async(buf, stream).result()
+
+    assert on_a_new_thread(fake, stream_io) == 4096
+    expected = np.concatenate([data[:1024], data[4096 + 1024:]])
+    assert (tmp_path / "out.bin").read_bytes() == expected.tobytes()
