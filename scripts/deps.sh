@@ -6,6 +6,10 @@ set -euo pipefail
 gpufile_packages=(cmake ninja-build g++ liburing-dev nlohmann-json3-dev libgtest-dev python3 python3-dev
   python3-venv)
 
+# Only for scripts/test.sh: gdb, with which a test that hangs prints every thread's stack
+# (tests/support/common/watchdog.hpp) before it fails.
+gpufile_test_packages=(gdb)
+
 # The fuzz step of test.sh (tests/fuzz): clang, and the runtimes of libFuzzer and the sanitizers
 # for its version (Debian 12: clang 14, libclang-rt-14-dev), installed only when that step runs.
 gpufile_fuzz_packages=(clang)
@@ -31,6 +35,8 @@ gpufile_install_packages() {  # package...: those not installed yet
 }
 
 gpufile_install_deps() { gpufile_install_packages "${gpufile_packages[@]}"; }
+
+gpufile_install_test_deps() { gpufile_install_packages "${gpufile_test_packages[@]}"; }
 
 gpufile_install_fuzz_deps() {
   gpufile_install_packages "${gpufile_fuzz_packages[@]}"

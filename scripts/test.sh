@@ -10,6 +10,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/deps.sh
 gpufile_install_deps
+gpufile_install_test_deps
 jobs=$(nproc)
 
 run_suite() {  # name, build dir, extra cmake args...
@@ -18,7 +19,7 @@ run_suite() {  # name, build dir, extra cmake args...
   echo "== gpufile tests: $name"
   cmake -S . -B "$dir" -G Ninja "$@" >/dev/null
   cmake --build "$dir" -j "$jobs"
-  ctest --test-dir "$dir" --output-on-failure -j "$jobs" --no-tests=error ${exclude:+-E "$exclude"}
+  ctest --test-dir "$dir" --output-on-failure --timeout 900 -j "$jobs" --no-tests=error ${exclude:+-E "$exclude"}
 }
 
 run_suite default build/test -DCMAKE_BUILD_TYPE=RelWithDebInfo

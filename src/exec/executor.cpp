@@ -96,6 +96,20 @@ void Executor::park() {
   --parked_;
 }
 
+Executor::WaitOutside::WaitOutside(Executor& e) : e_(e) {
+  ForkGate& g = gate();
+  std::lock_guard gl(g.mu);
+  ++e_.parked_;
+  g.cv.notify_all();  // a fork may be waiting for this worker
+}
+
+Executor::WaitOutside::~WaitOutside() {
+  ForkGate& g = gate();
+  std::unique_lock gl(g.mu);  // held by a fork under way: waits here until it is done
+  g.cv.wait(gl, [] { return !fork_pending_.load(std::memory_order_seq_cst); });
+  --e_.parked_;
+}
+
 void Executor::exit_point() {
   ForkGate& g = gate();
   std::unique_lock gl(g.mu);

@@ -47,7 +47,14 @@ class Worker;
 //   forget_workers_after_fork()  in the child: the executors are left as they are (they have no
 //                                threads here; the Runtime leaks its session), and new ones
 //                                start from a clean slate.
-// The cost to the IO path is one atomic load per turn of a worker's loop.
+// A worker that blocks in a CUDA wait (its copy's event) counts as parked meanwhile
+// (Executor::WaitOutside): that wait may end only after the forking thread lets go. A copy fenced
+// behind the legacy default stream waits for the caller's blocking streams, and their host
+// functions may wait for that thread (a cuFile stream op needs Runtime's lock, held across
+// fork()): waiting for such a worker to park hung fork() (seen in the seeded simulation, and
+// possible on a real GPU alike). It parks on its way out of the wait while a fork is under way.
+// The cost to the IO path is one atomic load per turn of a worker's loop, and two uncontended
+// locks per blocking wait.
 void park_workers_for_fork();
 void resume_workers_after_fork();
 void forget_workers_after_fork();
@@ -108,6 +115,18 @@ class Executor {
   }
   // The worker's last call: waits there (parked) until the destructor lets it end.
   void exit_point();
+  // Held by a worker around a wait that only other threads can end (fork() above): it counts as
+  // parked meanwhile, and parks on its way out while a fork is under way.
+  class WaitOutside {
+   public:
+    explicit WaitOutside(Executor& e);
+    ~WaitOutside();
+    WaitOutside(const WaitOutside&) = delete;
+    WaitOutside& operator=(const WaitOutside&) = delete;
+
+   private:
+    Executor& e_;
+  };
 
  private:
   friend void park_workers_for_fork();
@@ -143,7 +162,7 @@ class Executor {
 
   // Guarded by the fork gate's lock (executor.cpp).
   unsigned alive_ = 0;     // worker threads created and not yet joined
-  unsigned parked_ = 0;    // of those, parked (in safe_point or exit_point)
+  unsigned parked_ = 0;    // of those, parked (in safe_point, exit_point or a WaitOutside)
   unsigned at_exit_ = 0;   // of those, waiting in exit_point
   bool ending_ = false;    // the destructor let them end and joins them: forks wait
 };

@@ -334,6 +334,7 @@ Error Worker::start_copies_to_device(unsigned i) {
                              batch_size_[k], res->stream);
   }
   if (r != cuda::CUDA_SUCCESS) {
+    Executor::WaitOutside outside(owner_);
     d->StreamSynchronize(res->stream);  // copies queued before the failure read the slab
     return Error::cu(r);
   }
@@ -345,6 +346,7 @@ Error Worker::record_copy(unsigned i, ContextRes& res) {
   if (cuda::CUresult r = d->EventRecord(res.events[i], res.stream); r != cuda::CUDA_SUCCESS) {
     // The copy may have been queued before EventRecord failed: let it drain before the slab
     // is reused.
+    Executor::WaitOutside outside(owner_);
     d->StreamSynchronize(res.stream);
     return Error::cu(r);
   }
@@ -374,7 +376,12 @@ bool Worker::wait_oldest_copy() {
   }
   if (oldest < 0) return false;
   ContextRes* res = find_res(slots_[oldest].ctx);
-  copy_finished(oldest, cuda::driver()->EventSynchronize(res->events[oldest]));
+  cuda::CUresult r;
+  {
+    Executor::WaitOutside outside(owner_);  // the copy may wait behind the legacy stream
+    r = cuda::driver()->EventSynchronize(res->events[oldest]);
+  }
+  copy_finished(oldest, r);
   return true;
 }
 

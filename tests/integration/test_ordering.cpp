@@ -94,28 +94,38 @@ TEST_P(LegacyOrder, AReadIsNotOverwrittenByAMemsetQueuedBeforeIt) {
 // The same for a batch entry: its copies come after what the legacy stream had queued when it
 // was submitted (found by the GPU soak: a batch write of device memory filled by a pageable
 // cuMemcpyHtoD stored older bytes while the GPU was busy).
-ssize_t batch_io(CUfileHandle_t fh, void* buf, size_t size, CUfileOpcode_t op) {
+// A batch of one entry, submitted; null if set-up or submission failed.
+CUfileBatchHandle_t submit_one(CUfileHandle_t fh, void* buf, size_t size, CUfileOpcode_t op) {
   CUfileBatchHandle_t bh = nullptr;
-  if (cuFileBatchIOSetUp(&bh, 1).err != CU_FILE_SUCCESS) return -1;
+  if (cuFileBatchIOSetUp(&bh, 1).err != CU_FILE_SUCCESS) return nullptr;
   CUfileIOParams_t p{};
   p.mode = CUFILE_BATCH;
   p.fh = fh;
   p.opcode = op;
   p.u.batch.devPtr_base = buf;
   p.u.batch.size = size;
-  ssize_t n = -1;
-  if (cuFileBatchIOSubmit(bh, 1, &p, 0).err == CU_FILE_SUCCESS) {
-    CUfileIOEvents_t ev{};
-    unsigned nr = 0;
-    for (int i = 0; i < 600 && nr == 0; ++i) {  // up to a minute
-      nr = 1;
-      timespec t{0, 100 * 1000 * 1000};
-      if (cuFileBatchIOGetStatus(bh, 1, &nr, &ev, &t).err != CU_FILE_SUCCESS) break;
-    }
-    if (nr == 1 && ev.status == CUFILE_COMPLETE) n = static_cast<ssize_t>(ev.ret);
+  if (cuFileBatchIOSubmit(bh, 1, &p, 0).err == CU_FILE_SUCCESS) return bh;
+  cuFileBatchIODestroy(bh);
+  return nullptr;
+}
+
+// Waits (up to a minute) for the entry of a batch from submit_one and destroys the batch: its
+// byte count, or -1 if it did not complete.
+ssize_t finish_one(CUfileBatchHandle_t bh) {
+  if (bh == nullptr) return -1;
+  CUfileIOEvents_t ev{};
+  unsigned nr = 0;
+  for (int i = 0; i < 600 && nr == 0; ++i) {
+    nr = 1;
+    timespec t{0, 100 * 1000 * 1000};
+    if (cuFileBatchIOGetStatus(bh, 1, &nr, &ev, &t).err != CU_FILE_SUCCESS) break;
   }
   cuFileBatchIODestroy(bh);
-  return n;
+  return nr == 1 && ev.status == CUFILE_COMPLETE ? static_cast<ssize_t>(ev.ret) : -1;
+}
+
+ssize_t batch_io(CUfileHandle_t fh, void* buf, size_t size, CUfileOpcode_t op) {
+  return finish_one(submit_one(fh, buf, size, op));
 }
 
 TEST_P(LegacyOrder, ABatchWriteStoresWhatAMemsetQueuedBeforeItsSubmission) {
@@ -129,6 +139,39 @@ TEST_P(LegacyOrder, ABatchWriteStoresWhatAMemsetQueuedBeforeItsSubmission) {
 TEST_P(LegacyOrder, ABatchReadIsNotOverwrittenByAMemsetQueuedBeforeItsSubmission) {
   ssize_t n = behind_queued_memset([&] { return batch_io(h_.get(), buf_->ptr(), size(), CUFILE_READ); });
   ASSERT_EQ(n, static_cast<ssize_t>(size()));
+  ASSERT_EQ(drv()->StreamSynchronize(nullptr), cu::CUDA_SUCCESS);
+  std::vector<uint8_t> got = buf_->read_back(0, size());
+  EXPECT_EQ(first_mismatch(got.data(), data_.data(), size()), "")
+      << "the memset queued before the batch read landed on top of it";
+}
+
+// A fork while a worker's copy waits behind the legacy stream. Whatever holds that stream may
+// be waiting for the thread that forks (here that thread opens the gate itself, once fork()
+// returned): the fork must not wait for the worker. Found by the seeded simulation, where a
+// cuFile stream op's host function, on a blocking stream ahead of the legacy stream's work,
+// waited for Runtime's lock, which the forking thread held across fork().
+TEST_P(LegacyOrder, AForkDoesNotWaitForACopyHeldBehindTheLegacyStream) {
+  Watchdog dog(std::chrono::seconds(60), "fork while a copy waits behind the legacy stream");
+  StreamGate gate;
+  ASSERT_EQ(gate.enqueue(nullptr), cu::CUDA_SUCCESS);
+  ASSERT_EQ(memset_(dev(), kQueued, size()), cu::CUDA_SUCCESS);
+  CUfileBatchHandle_t bh = submit_one(h_.get(), buf_->ptr(), size(), CUFILE_READ);
+  ASSERT_NE(bh, nullptr);
+  // Time for a worker to read the file, queue its copy behind the fence and wait for it.
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  const auto t0 = std::chrono::steady_clock::now();
+  const pid_t pid = fork();
+  if (pid == 0) _exit(0);
+  const std::chrono::duration<double> took = std::chrono::steady_clock::now() - t0;
+  gate.release();
+  // Waiting for the worker, fork() returns only when the gate gives up by itself (30 s).
+  EXPECT_LT(took.count(), 20.0) << "fork() waited for the copy held behind the legacy stream";
+  ASSERT_GT(pid, 0);
+  int status = 0;
+  while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+  }
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "child status " << status;
+  ASSERT_EQ(finish_one(bh), static_cast<ssize_t>(size()));
   ASSERT_EQ(drv()->StreamSynchronize(nullptr), cu::CUDA_SUCCESS);
   std::vector<uint8_t> got = buf_->read_back(0, size());
   EXPECT_EQ(first_mismatch(got.data(), data_.data(), size()), "")

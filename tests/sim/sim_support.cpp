@@ -6,6 +6,8 @@
 #include <cstdio>
 #include <cstring>
 
+#include "watchdog.hpp"
+
 namespace sim {
 
 void Rng::fill(void* p, size_t n) {
@@ -99,6 +101,12 @@ void HangMonitor::watch() {
       on_hang_("HANG: still inside \"" + what + "\" after " + std::to_string(limit_.count()) +
                " ms");
       std::fflush(stderr);
+      // Where every thread is (and a forked child's, if one is hung), through gdb where it is
+      // installed: a hang seen once in CI must be diagnosable from its log alone.
+      const std::vector<pid_t> children = test_support::child_processes(getpid());
+      for (pid_t child : children) test_support::dump_stacks(child, "a forked child");
+      test_support::dump_stacks(getpid(), "the simulation");
+      for (pid_t child : children) kill(child, SIGKILL);
       _exit(3);
     }
   }

@@ -1023,6 +1023,7 @@ struct Baseline {
 };
 
 void noop_host_fn(void*) {}
+void settle_threads();
 
 Baseline warm_cuda_and_count() {
   if (g->have_driver) {
@@ -1048,6 +1049,7 @@ Baseline warm_cuda_and_count() {
       d->MemcpyDtoH(b, p, sizeof b);
       d->MemFree(p);
     }
+    settle_threads();  // the warm-up stream's thread ends a moment after its destruction
   }
   Sample s;
   read_status(&s);

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""The Python half of the GPU soak (issue 15; docs/reliability-soak.md).
+"""The Python half of the GPU soak (issue 15; docs/reliability.md, "GPU soak").
 
 Runs next to gpufile_soak for the same time: threads, each with a file of its own, run a seeded
 random mix of gpufile.File.read / write (synchronous), pread / pwrite (futures, several in flight),
@@ -400,8 +400,17 @@ def main():
            f"--pause-every {args.pause_every:g}")
 
     kind = choose_memory(args.memory)
-    # Warm what is not gpufile's: the memory kind's own machinery (CuPy's pool, the CUDA context).
+    # Warm what is not gpufile's: the memory kind's own machinery (CuPy's pool, the CUDA context),
+    # and a stream that ran a host function: the CUDA driver starts the thread that runs host
+    # functions at the first one and keeps it (read_async/write_async queue host functions; on
+    # the H100 machine the final count was that one thread above the start's without this).
     Memory(kind, 4096).download(0, 16)
+    if kind == "cupy":
+        import cupy
+        warm = cupy.cuda.Stream(non_blocking=True)
+        warm.launch_host_func(lambda _arg: None, None)
+        warm.synchronize()
+        del warm
     soak = Soak(args)
     base_fds = count_fds()
     base_threads, _ = count_threads()

@@ -634,6 +634,7 @@ struct Side {
   char* mem = nullptr;    // where the bytes are for the copy engine
   Range* range = nullptr; // device or managed range to hold while copying
   bool pinned = false;    // CUDA-known memory (device, managed, pinned, registered)
+  bool device = false;    // device memory (cuMemAlloc)
 };
 
 // Resolves [p, p+n). With must_know, the memory must be known to the driver (device, managed,
@@ -651,6 +652,7 @@ CUresult resolve(uintptr_t p, size_t n, bool must_know, Side* s) {
       case Kind::Device:
         s->mem = r->backing + (p - r->base);
         s->range = r;
+        s->device = true;
         break;
       case Kind::Managed:
         s->mem = reinterpret_cast<char*>(p);
@@ -705,13 +707,15 @@ CUresult copy_async(const std::shared_ptr<Queue>& q, Side dst, Side src, size_t 
 }
 
 // A synchronous copy: legacy-stream ordered, returns when done, except from pageable memory
-// into CUDA-known memory: the real driver returns once the source is staged, before the bytes
-// land ("API synchronization behavior" in the CUDA driver API documentation). Work queued
-// later on the legacy stream or a blocking stream comes after the copy; a non-blocking
-// stream's copy of the destination may still see the old bytes.
+// into device memory: the real driver first waits for the work queued before the call
+// (a stream sync), then returns once the source is staged, before the bytes land ("API
+// synchronization behavior" in the CUDA driver API documentation). Work queued later on the
+// legacy stream or a blocking stream comes after the copy; a non-blocking stream's copy of
+// the destination may still see the old bytes.
 CUresult copy_sync(CUctx_st* c, Side dst, Side src, size_t n) {
   auto q = null_queue(c);
-  if (!src.pinned && dst.pinned) {
+  if (!src.pinned && dst.device) {
+    q->wait_for(enqueue(q, {}, false));
     auto staged = std::shared_ptr<char[]>(new char[n]);
     std::memcpy(staged.get(), src.mem, n);
     Side from;
