@@ -220,19 +220,6 @@ uint64_t test_seed() {
   return h;
 }
 
-void Rng::fill(void* p, size_t n) {
-  auto* out = static_cast<uint8_t*>(p);
-  size_t i = 0;
-  for (; i + 8 <= n; i += 8) {
-    uint64_t v = next();
-    std::memcpy(out + i, &v, 8);
-  }
-  if (i < n) {
-    uint64_t v = next();
-    std::memcpy(out + i, &v, n - i);
-  }
-}
-
 std::string first_mismatch(const void* got, const void* want, size_t n) {
   if (std::memcmp(got, want, n) == 0) return {};
   auto* g = static_cast<const uint8_t*>(got);

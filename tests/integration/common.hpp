@@ -8,6 +8,7 @@
 // and their tests skip on a real driver.
 #pragma once
 
+#include "splitmix64.hpp"
 #include "watchdog.hpp"
 
 #include <cufile.h>
@@ -116,26 +117,14 @@ class Buffer {
 // failure names it.
 uint64_t test_seed();
 
-// splitmix64: fast enough to fill hundreds of MiB.
-class Rng {
+class Rng : public test_support::SplitMix64 {
  public:
-  explicit Rng(uint64_t seed) : s_(seed) {}
-  uint64_t next() {
-    uint64_t z = (s_ += 0x9e3779b97f4a7c15ULL);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
-    return z ^ (z >> 31);
-  }
-  uint64_t below(uint64_t n) { return n ? next() % n : 0; }
-  void fill(void* p, size_t n);
+  using SplitMix64::SplitMix64;
   std::vector<uint8_t> bytes(size_t n) {
     std::vector<uint8_t> v(n);
     fill(v.data(), n);
     return v;
   }
-
- private:
-  uint64_t s_;
 };
 
 // "" when equal, else where and how the first difference looks.

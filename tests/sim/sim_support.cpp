@@ -10,14 +10,6 @@
 
 namespace sim {
 
-void Rng::fill(void* p, size_t n) {
-  auto* out = static_cast<unsigned char*>(p);
-  for (size_t i = 0; i < n; i += 8) {
-    uint64_t v = next();
-    std::memcpy(out + i, &v, n - i < 8 ? n - i : 8);
-  }
-}
-
 bool RangeLocks::conflicts(int owner, const std::vector<Range>& want) const {
   for (const Held& h : held_) {
     if (h.owner == owner) continue;

@@ -13,20 +13,15 @@
 #include <thread>
 #include <vector>
 
+#include "splitmix64.hpp"
+
 namespace sim {
 
-// splitmix64: one stream per seed and per thread (seed ^ a constant per purpose), so the ops a
-// thread makes depend only on the seed, never on how the threads interleave.
-class Rng {
+// One stream per seed and per thread (seed ^ a constant per purpose), so the ops a thread makes
+// depend only on the seed, never on how the threads interleave.
+class Rng : public test_support::SplitMix64 {
  public:
-  explicit Rng(uint64_t seed) : s_(seed) {}
-  uint64_t next() {
-    uint64_t z = (s_ += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-  }
-  uint64_t below(uint64_t n) { return n ? next() % n : 0; }
+  using SplitMix64::SplitMix64;
   // A number in [lo, hi], both included.
   uint64_t between(uint64_t lo, uint64_t hi) { return lo + below(hi - lo + 1); }
   bool chance(double p) { return static_cast<double>(next() >> 11) * 0x1.0p-53 < p; }
@@ -37,10 +32,6 @@ class Rng {
   const T& pick(const T (&items)[N]) {
     return items[below(N)];
   }
-  void fill(void* p, size_t n);
-
- private:
-  uint64_t s_;
 };
 
 // Byte ranges of the simulated files that an operation is using. A write holds its range

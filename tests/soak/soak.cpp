@@ -53,6 +53,7 @@
 
 #include "cuda/driver.hpp"
 #include "cuda/memory.hpp"
+#include "splitmix64.hpp"
 
 #if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
 #define SOAK_SANITIZED 1
@@ -141,16 +142,9 @@ bool parse(int argc, char** argv, Options* o) {
 
 // ---- randomness ---------------------------------------------------------------------------------
 
-class Rng {  // splitmix64
+class Rng : public test_support::SplitMix64 {
  public:
-  explicit Rng(uint64_t seed) : s_(seed) {}
-  uint64_t next() {
-    uint64_t z = (s_ += 0x9e3779b97f4a7c15ULL);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
-    return z ^ (z >> 31);
-  }
-  uint64_t below(uint64_t n) { return n ? next() % n : 0; }
+  using SplitMix64::SplitMix64;
   bool one_in(uint64_t n) { return below(n) == 0; }
   // 1..max, each power-of-two band equally likely: as many tiny IOs as huge ones.
   uint64_t log_size(uint64_t max) {
@@ -159,21 +153,6 @@ class Rng {  // splitmix64
     uint64_t band = 1ull << below(bits + 1);
     return 1 + below(std::min(band, max));
   }
-  void fill(void* p, size_t n) {
-    auto* out = static_cast<uint8_t*>(p);
-    size_t i = 0;
-    for (; i + 8 <= n; i += 8) {
-      uint64_t v = next();
-      std::memcpy(out + i, &v, 8);
-    }
-    if (i < n) {
-      uint64_t v = next();
-      std::memcpy(out + i, &v, n - i);
-    }
-  }
-
- private:
-  uint64_t s_;
 };
 
 // ---- the process's resources ----------------------------------------------------------------
