@@ -42,17 +42,21 @@ class BatchAdmission : public FaultTest {
     cuFileBatchIODestroy(b);
     return e;
   }
+  // A second descriptor and handle of the same file.
+  void register_second_handle(int* fd, CUfileHandle_t* fh) {
+    *fd = ::open(path.c_str(), O_RDONLY);
+    ASSERT_GE(*fd, 0);
+    CUfileDescr_t d{};
+    d.handle.fd = *fd;
+    d.type = CU_FILE_HANDLE_TYPE_OPAQUE_FD;
+    ASSERT_EQ(cuFileHandleRegister(fh, &d).err, CU_FILE_SUCCESS);
+  }
 };
 
 TEST_F(BatchAdmission, OneFstatPerHandlePerSubmission) {
-  // A second handle of the same file.
-  int fd2 = ::open(path.c_str(), O_RDONLY);
-  ASSERT_GE(fd2, 0);
-  CUfileDescr_t d{};
-  d.handle.fd = fd2;
-  d.type = CU_FILE_HANDLE_TYPE_OPAQUE_FD;
+  int fd2 = -1;
   CUfileHandle_t fh2 = nullptr;
-  ASSERT_EQ(cuFileHandleRegister(&fh2, &d).err, CU_FILE_SUCCESS);
+  ASSERT_NO_FATAL_FAILURE(register_second_handle(&fd2, &fh2));
   GuardedBuffer buf(64 * 4096, 0);
   std::vector<CUfileIOParams_t> io;
   for (unsigned i = 0; i < 64; ++i)
@@ -74,13 +78,9 @@ TEST_F(BatchAdmission, OneFstatPerHandlePerSubmission) {
 
 TEST_F(BatchAdmission, AReusedDescriptorRefusesTheWholeSubmission) {
   // The second handle's descriptor is closed and its number given to another file.
-  int fd2 = ::open(path.c_str(), O_RDONLY);
-  ASSERT_GE(fd2, 0);
-  CUfileDescr_t d{};
-  d.handle.fd = fd2;
-  d.type = CU_FILE_HANDLE_TYPE_OPAQUE_FD;
+  int fd2 = -1;
   CUfileHandle_t fh2 = nullptr;
-  ASSERT_EQ(cuFileHandleRegister(&fh2, &d).err, CU_FILE_SUCCESS);
+  ASSERT_NO_FATAL_FAILURE(register_second_handle(&fd2, &fh2));
   ::close(fd2);
   const std::string other = dir + "/other";
   int reused = ::open(other.c_str(), O_RDWR | O_CREAT, 0600);
