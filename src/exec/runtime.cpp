@@ -405,6 +405,8 @@ IoResult Runtime::run(Io& io) {
   exec::StagingLease lease;
   if (plan.runner != route::Runner::workers && job.staged()) {
     exec::StagingPool& pool = plan.why == route::Reason::small_io ? s.small : s.slabs;
+    // Growing the pool pins memory, which needs a context: the caller's thread may have none.
+    cuda::ScopedContext current(job.mem.context);
     lease = exec::StagingLease(pool, plan.pieces > 1 ? exec::StagingLease::kMaxBuffers : 1);
     if (lease.count() == 0) plan = route::plan_for_workers(facts, route::Reason::no_staging);
   }

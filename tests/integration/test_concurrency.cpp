@@ -420,19 +420,21 @@ RunnerBytes moved_since(const RunnerBytes& before) {
 }
 
 // `threads` threads, each reading `reads` calls of `size` bytes (thread t's k-th read at
-// (t * reads + k) * size) into its own buffer of `kind`, every byte checked.
+// (t * reads + k) * size) into its own buffer of `kind`, every byte checked. With `bind` false,
+// no context is current on a thread when it calls cuFileRead (as on Python's threads).
 void read_from_threads(const Handle& h, const std::vector<uint8_t>& shadow, int threads, int reads,
-                       uint64_t size, Mem kind) {
+                       uint64_t size, Mem kind, bool bind = true) {
   std::vector<std::thread> ts;
   std::vector<std::string> errors(threads);
   for (int t = 0; t < threads; ++t) {
     ts.emplace_back([&, t] {
-      bind_context();
+      if (bind) bind_context();
       std::string err;
       auto b = Buffer::make(kind, size, &err);
       if (!b) return void(errors[t] = err);
       for (int k = 0; k < reads && errors[t].empty(); ++k) {
         const uint64_t off = (static_cast<uint64_t>(t) * reads + k) * size % (shadow.size() - size);
+        if (!bind && drv()) drv()->CtxSetCurrent(nullptr);  // Buffer's calls bind one
         if (cuFileRead(h.get(), b->ptr(), size, static_cast<off_t>(off), 0) != static_cast<ssize_t>(size))
           errors[t] = "read failed at " + std::to_string(off) + ": " + errno_text(errno);
         else if (std::vector<uint8_t> got = b->read_back(0, size);
@@ -528,6 +530,33 @@ TEST_F(Concurrency, ManyCallersGiveGpuIoToTheWorkersAndRunHostIoThemselves) {
   EXPECT_EQ(moved.caller + moved.workers, uint64_t(threads) * 12 * 2 * MiB);
   EXPECT_GE(moved.caller, (moved.caller + moved.workers) * 3 / 4)
       << "busy callers handed host IO to the workers";
+}
+
+// Callers on threads without a current context grow the staging pool as others do: pinning
+// needs a context, and the pool grew on the caller's thread before its job's context was
+// made current, so such callers found no staging beyond the slabs made at open and left
+// their pieces to the workers.
+TEST_F(Concurrency, CallersWithoutAContextGrowTheStagingPool) {
+  CAPI_REQUIRE_DRIVER();
+  const FakeControls fake = fake_controls();
+  auto live_registered =
+      reinterpret_cast<size_t (*)()>(driver_symbol("fakecuda_live_registered_bytes"));
+  if (!fake.set_async_delay_us || !live_registered)
+    GTEST_SKIP() << "needs the test double's copy delay and registration counter";
+  session_.reset();
+  ASSERT_EQ(setenv("GPUFILE_WORKERS", "16", 1), 0);  // 4 callers stay fewer than half of them
+  AtExit unset([] { unsetenv("GPUFILE_WORKERS"); });
+  session_ = std::make_unique<DriverSession>();
+  ASSERT_TRUE(session_->ok()) << session_->error();
+  Handle h(path_, O_RDONLY);
+  ASSERT_TRUE(h.ok());
+  Watchdog dog(std::chrono::seconds(120), "CallersWithoutAContext");
+  fake.set_async_delay_us(2000);  // the calls overlap: four callers want two slabs each
+  AtExit undo([&] { fake.set_async_delay_us(0); });
+  const size_t pinned_at_open = live_registered();
+  read_from_threads(h, shadow_, 4, 6, 8 * MiB, Mem::device, /*bind=*/false);
+  EXPECT_GT(live_registered(), pinned_at_open)
+      << "callers without a context could not add staging to the pool";
 }
 
 // Staging is lent per call and never held between calls: with two slabs for six callers (fewer
