@@ -480,6 +480,12 @@ def main():
         os.unlink(w.path)
         w.mem = None
     workers = None
+    if kind == "cupy":
+        # CuPy keeps the pinned buffers it stages host arrays through in a pool of its own: give
+        # them back, so that the final VmPin shows what is left of gpufile's (and the driver's).
+        import cupy
+        cupy.get_default_memory_pool().free_all_blocks()
+        cupy.get_default_pinned_memory_pool().free_all_blocks()
     gpufile.driver_close()
     fin = None
     settle = time.monotonic() + 5
