@@ -853,6 +853,9 @@ TEST_F(Driver, AsyncCopyToPinnedCompletesLaterAndToPageableWaits) {
   auto src = pattern(n, 9);
   gc::CUdeviceptr d = alloc(n);
   ASSERT_EQ(D.MemcpyHtoD(d, src.data(), n), 0);
+  // From pageable memory the copy may land after the call returned, ordered only on the legacy
+  // stream: the non-blocking stream below would not wait for it.
+  ASSERT_EQ(D.StreamSynchronize(nullptr), 0);
   auto* p = static_cast<unsigned char*>(pinned(n));
   std::memset(p, 0, n);
   gc::CUstream s = stream(gc::CU_STREAM_NON_BLOCKING);
