@@ -1,0 +1,77 @@
+"""gpufile's HDF5 virtual file driver, "gpufile", from Python (docs/hdf5.md).
+
+The driver is an HDF5 plugin shipped inside this package. HDF5 (h5py's own copy included) picks
+it up from the environment when the library starts, so set the variables before h5py is
+imported, or in a child process::
+
+    import os, subprocess, sys, gpufile.hdf5
+    env = dict(os.environ, **gpufile.hdf5.environment("workers=8;block_size=4M"))
+    subprocess.run([sys.executable, "my_h5py_script.py"], env=env)
+
+A C program links the same library and calls ``H5Pset_fapl_gpufile`` (include/gpufile/hdf5.h).
+"""
+from __future__ import annotations
+
+import ctypes
+import os
+from typing import Dict, Optional
+
+__all__ = ["DRIVER_NAME", "LIBRARY_NAME", "counters", "environment", "plugin_file", "plugin_path"]
+
+DRIVER_NAME = "gpufile"
+LIBRARY_NAME = "libgpufile_hdf5.so"
+
+_HERE = os.path.dirname(os.path.abspath(__file__))
+# Where the plugin is: installed by `pip install .`, or a CMake build tree whose python/ folder
+# is on PYTHONPATH (<build>/python/gpufile next to <build>/hdf5/plugins).
+_CANDIDATES = (os.path.join(_HERE, "hdf5_plugins"),
+               os.path.join(_HERE, os.pardir, os.pardir, "hdf5", "plugins"))
+
+
+def plugin_path() -> str:
+    """The directory that holds the plugin: the value for HDF5_PLUGIN_PATH.
+
+    It holds the plugin alone (HDF5 tries to load every library in a plugin directory).
+    """
+    for d in _CANDIDATES:
+        if os.path.isfile(os.path.join(d, LIBRARY_NAME)):
+            return os.path.normpath(d)
+    raise FileNotFoundError(f"the gpufile HDF5 plugin ({LIBRARY_NAME}) is not installed next to "
+                            f"{_HERE}: reinstall gpufile with `pip install .`")
+
+
+def plugin_file() -> str:
+    """The plugin library itself (for linking, or ctypes)."""
+    return os.path.join(plugin_path(), LIBRARY_NAME)
+
+
+def environment(config: Optional[str] = None) -> Dict[str, str]:
+    """The variables that make HDF5 use the driver for every file it opens by default.
+
+    ``config`` is the driver's configuration string ("workers=8;block_size=4M", see
+    docs/hdf5.md); HDF5 hands it over through HDF5_DRIVER_CONFIG.
+    """
+    env = {"HDF5_PLUGIN_PATH": plugin_path(), "HDF5_DRIVER": DRIVER_NAME}
+    if config:
+        env["HDF5_DRIVER_CONFIG"] = config
+    return env
+
+
+class _Counters(ctypes.Structure):
+    _fields_ = [(name, ctypes.c_uint64) for name in (
+        "files_opened", "reads", "writes", "bytes_read", "bytes_written", "device_bytes_read",
+        "device_bytes_written")]
+
+
+def counters() -> Dict[str, int]:
+    """What the driver moved in this process so far (gpufile_hdf5_get_counters).
+
+    The plugin keeps its own copy of gpufile's runtime, so these are apart from
+    gpufile.stats(). Loading the plugin here gives the copy HDF5 loaded, if it did: the dynamic
+    loader hands out one copy per file.
+    """
+    lib = ctypes.CDLL(plugin_file())
+    out = _Counters()
+    if lib.gpufile_hdf5_get_counters(ctypes.byref(out)) != 0:
+        raise RuntimeError("gpufile_hdf5_get_counters failed")
+    return {name: int(getattr(out, name)) for name, _ in _Counters._fields_}
