@@ -8,6 +8,13 @@ imported, or in a child process::
     env = dict(os.environ, **gpufile.hdf5.environment("workers=8;block_size=4M"))
     subprocess.run([sys.executable, "my_h5py_script.py"], env=env)
 
+Or, in this process, through h5py's driver registry (no environment needed)::
+
+    import h5py, gpufile.hdf5
+    gpufile.hdf5.register_h5py()
+    with h5py.File("data.h5", "w", driver="gpufile", config="workers=8") as f:
+        ...
+
 A C program links the same library and calls ``H5Pset_fapl_gpufile`` (include/gpufile/hdf5.h).
 """
 from __future__ import annotations
@@ -16,7 +23,8 @@ import ctypes
 import os
 from typing import Dict, Optional
 
-__all__ = ["DRIVER_NAME", "LIBRARY_NAME", "counters", "environment", "plugin_file", "plugin_path"]
+__all__ = ["DRIVER_NAME", "LIBRARY_NAME", "counters", "environment", "plugin_file", "plugin_path",
+           "register_h5py", "set_fapl"]
 
 DRIVER_NAME = "gpufile"
 LIBRARY_NAME = "libgpufile_hdf5.so"
@@ -57,6 +65,31 @@ def environment(config: Optional[str] = None) -> Dict[str, str]:
     return env
 
 
+def _plugin() -> ctypes.CDLL:
+    lib = ctypes.CDLL(plugin_file())
+    lib.H5Pset_fapl_gpufile.restype = ctypes.c_int
+    lib.H5Pset_fapl_gpufile.argtypes = [ctypes.c_int64, ctypes.c_char_p]
+    return lib
+
+
+def set_fapl(plist, config: Optional[str] = None) -> None:
+    """Makes an h5py file access property list (h5py.h5p.PropFAID) use the gpufile driver.
+
+    This is the hook ``register_h5py`` gives h5py; ``config`` is the configuration string. The
+    plugin finds h5py's libhdf5 among the loaded libraries and registers the driver with it.
+    """
+    if _plugin().H5Pset_fapl_gpufile(plist.id, config.encode() if config else None) < 0:
+        raise OSError("H5Pset_fapl_gpufile failed: the gpufile driver needs HDF5 1.14 or later "
+                      "(gpufile's log says more; GPUFILE_LOG_LEVEL=INFO)")
+
+
+def register_h5py() -> None:
+    """Lets h5py open files through the driver: ``h5py.File(path, mode, driver="gpufile",
+    config="workers=8")``. Safe to call again."""
+    import h5py
+    h5py.register_driver(DRIVER_NAME, set_fapl)
+
+
 class _Counters(ctypes.Structure):
     _fields_ = [(name, ctypes.c_uint64) for name in (
         "files_opened", "reads", "writes", "bytes_read", "bytes_written", "device_bytes_read",
@@ -70,7 +103,7 @@ def counters() -> Dict[str, int]:
     gpufile.stats(). Loading the plugin here gives the copy HDF5 loaded, if it did: the dynamic
     loader hands out one copy per file.
     """
-    lib = ctypes.CDLL(plugin_file())
+    lib = _plugin()
     out = _Counters()
     if lib.gpufile_hdf5_get_counters(ctypes.byref(out)) != 0:
         raise RuntimeError("gpufile_hdf5_get_counters failed")

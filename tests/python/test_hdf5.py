@@ -34,7 +34,13 @@ def report(**extra):
 
 def run_with_driver(script, *args, config=None):
     """Runs `script` in a Python child whose HDF5 uses the gpufile driver; returns its report."""
-    env = dict(os.environ, **gpufile.hdf5.environment(config))
+    return run_child(script, *args, env=gpufile.hdf5.environment(config))
+
+
+def run_child(script, *args, env=None):
+    """Runs `script` in a Python child with `env` added to this environment; returns its
+    report. HDF5's own variables are dropped first: a child sees only what `env` gives it."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("HDF5_")} | (env or {})
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [HERE, env.get("PYTHONPATH")]))
     out = subprocess.run([sys.executable, "-c", CHILD_PRELUDE + script, *map(str, args)],
                          env=env, capture_output=True, text=True, timeout=120)
@@ -102,6 +108,33 @@ report()
     with h5py.File(path, "r") as f:
         assert f.attrs["appended"]
         assert np.array_equal(f["grow"][...], np.arange(100_000))
+
+
+def test_h5py_picks_the_driver_by_name_without_environment(tmp_path):
+    # H5Pset_fapl_gpufile through h5py's driver registry: the plugin is loaded by ctypes, not by
+    # HDF5, so it finds h5py's libhdf5 (loaded RTLD_LOCAL) among the loaded objects, and
+    # registers the driver with it.
+    path = tmp_path / "by_name.h5"
+    r = run_child("""
+gpufile.hdf5.register_h5py()
+with h5py.File(sys.argv[1], "w", driver="gpufile", config="workers=2;block_size=256K") as f:
+    write_content(f)
+with h5py.File(sys.argv[1], "a", driver="gpufile") as f:
+    check_content(f)
+    f.attrs["again"] = 1
+try:
+    h5py.File(sys.argv[1], "r", driver="gpufile", config="alignment=512")
+    error = ""
+except OSError as e:
+    error = str(e)
+report(error=error)
+""", path)
+    assert r["counters"]["files_opened"] == 2
+    assert r["counters"]["bytes_written"] > 200_000 * 8
+    assert "H5Pset_alignment" in r["error"]
+    with h5py.File(path, "r") as f:
+        check_content(f)
+        assert f.attrs["again"] == 1
 
 
 BAD_FILES = """
