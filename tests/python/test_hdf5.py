@@ -265,3 +265,112 @@ def test_device_pointer_reads_and_writes_through_the_c_api(tmp_path):
     with h5py.File(path, "r") as f:                   # and SEC2 reads what the GPU wrote
         expected = np.random.default_rng(5).random((1 << 20) + 3, dtype=np.float32)
         assert np.array_equal(f["from_gpu"][...], expected)
+
+
+# The driver's callbacks called directly, with no HDF5 in the process: SEC2's semantics
+# (end of file tracked, zeros past it in host and GPU memory, truncate to the end of address,
+# comparison by inode, locks, delete) and the class table's layout seen from outside (a second,
+# independent declaration of H5FD_class_t here, in ctypes).
+CALLBACKS = """
+import ctypes, os, gpufile
+from ctypes import (CFUNCTYPE, POINTER, Structure, c_bool, c_char_p, c_int, c_int64, c_uint,
+                    c_uint64, c_ulong, c_size_t, c_void_p)
+F = c_void_p
+class Class(Structure):
+    _fields_ = [("version", c_uint), ("value", c_int), ("name", c_char_p), ("maxaddr", c_uint64),
+                ("fc_degree", c_int), ("terminate", c_void_p), ("sb_size", c_void_p),
+                ("sb_encode", c_void_p), ("sb_decode", c_void_p), ("fapl_size", c_size_t),
+                ("fapl_get", c_void_p), ("fapl_copy", c_void_p), ("fapl_free", c_void_p),
+                ("dxpl_size", c_size_t), ("dxpl_copy", c_void_p), ("dxpl_free", c_void_p),
+                ("open", CFUNCTYPE(F, c_char_p, c_uint, c_int64, c_uint64)),
+                ("close", CFUNCTYPE(c_int, F)), ("cmp", CFUNCTYPE(c_int, F, F)),
+                ("query", CFUNCTYPE(c_int, F, POINTER(c_ulong))), ("get_type_map", c_void_p),
+                ("alloc", c_void_p), ("free", c_void_p),
+                ("get_eoa", CFUNCTYPE(c_uint64, F, c_int)),
+                ("set_eoa", CFUNCTYPE(c_int, F, c_int, c_uint64)),
+                ("get_eof", CFUNCTYPE(c_uint64, F, c_int)),
+                ("get_handle", CFUNCTYPE(c_int, F, c_int64, POINTER(c_void_p))),
+                ("read", CFUNCTYPE(c_int, F, c_int, c_int64, c_uint64, c_size_t, c_void_p)),
+                ("write", CFUNCTYPE(c_int, F, c_int, c_int64, c_uint64, c_size_t, c_void_p)),
+                ("read_vector", c_void_p), ("write_vector", c_void_p),
+                ("read_selection", c_void_p), ("write_selection", c_void_p),
+                ("flush", c_void_p), ("truncate", CFUNCTYPE(c_int, F, c_int64, c_bool)),
+                ("lock", CFUNCTYPE(c_int, F, c_bool)), ("unlock", CFUNCTYPE(c_int, F)),
+                ("delete", CFUNCTYPE(c_int, c_char_p, c_int64)), ("ctl", c_void_p),
+                ("fl_map", c_int * 7)]
+
+lib = ctypes.CDLL(gpufile.hdf5.plugin_file())
+lib.H5PLget_plugin_info.restype = POINTER(Class)
+cls = lib.H5PLget_plugin_info().contents
+RAW, RDONLY, RDWR, CREATE_NEW = 3, 0x0, 0x1, 0x1 | 0x10 | 0x4
+path, other = sys.argv[1].encode(), sys.argv[2].encode()
+data = np.random.default_rng(3).integers(0, 256, 10_000, dtype=np.uint8)
+data.tofile(sys.argv[1]); data[:10].tofile(sys.argv[2])
+r = dict(plugin_type=lib.H5PLget_plugin_type(), version=cls.version, value=cls.value,
+         name=cls.name.decode(), ctl_is_null=not cls.ctl, fl_map=list(cls.fl_map))
+flags = c_ulong()
+f = cls.open(path, RDWR, 0, 1 << 40)
+cls.query(f, ctypes.byref(flags))
+r.update(flags=flags.value, eof=cls.get_eof(f, RAW), eoa=cls.get_eoa(f, RAW))
+cls.set_eoa(f, RAW, 20_000)
+host = np.full(8192, 0xFF, dtype=np.uint8)
+r["host_read"] = cls.read(f, RAW, 0, 6000, host.size, host.ctypes.data)
+r["host_tail_ok"] = bool(np.array_equal(host[:4000], data[6000:]) and not host[4000:].any())
+dev = gpufile.DeviceBuffer(8192)
+dev.copy_from_host(np.full(8192, 0xFF, dtype=np.uint8))
+r["device_read"] = cls.read(f, RAW, 0, 6000, 8192, dev.ptr)
+back = np.empty(8192, dtype=np.uint8); dev.copy_to_host(back)
+r["device_tail_ok"] = bool(np.array_equal(back[:4000], data[6000:]) and not back[4000:].any())
+r["device_write"] = cls.write(f, RAW, 0, 15_000, 1000, dev.ptr)
+r["eof_after_write"] = cls.get_eof(f, RAW)
+r["size_after_write"] = os.path.getsize(sys.argv[1])
+r["overflow_read"] = cls.read(f, RAW, 0, 1 << 63, 16, host.ctypes.data)
+r["truncate_up"] = cls.truncate(f, 0, False)
+r["size_after_truncate_up"] = os.path.getsize(sys.argv[1])
+cls.set_eoa(f, RAW, 5000)
+cls.truncate(f, 0, True)
+r["size_after_truncate_down"] = os.path.getsize(sys.argv[1])
+r["eof_after_truncate_down"] = cls.get_eof(f, RAW)
+same, diff = cls.open(path, RDONLY, 0, 1 << 40), cls.open(other, RDONLY, 0, 1 << 40)
+r["cmp"] = [cls.cmp(f, same), cls.cmp(f, diff), cls.cmp(diff, f)]
+handle = c_void_p()
+cls.get_handle(f, 0, ctypes.byref(handle))
+fd = ctypes.cast(handle, POINTER(c_int)).contents.value
+r["handle_is_file"] = os.fstat(fd).st_ino == os.stat(sys.argv[1]).st_ino
+r["locks"] = [cls.lock(f, True), cls.lock(same, False), cls.unlock(f), cls.lock(same, False),
+              cls.unlock(same)]
+r["open_missing"] = bool(cls.open(sys.argv[1].encode() + b".missing", RDONLY, 0, 1 << 40))
+r["create_existing"] = bool(cls.open(path, CREATE_NEW, 0, 1 << 40))
+r["closes"] = [cls.close(f), cls.close(same), cls.close(diff)]
+r["delete"] = cls.delete(other, 0)
+r["other_exists"] = os.path.exists(sys.argv[2])
+r["head"] = data[:5000].tobytes() == open(sys.argv[1], "rb").read()
+report(**r)
+"""
+
+
+@needs_gpu_driver
+def test_driver_callbacks_keep_sec2_semantics(tmp_path):
+    r = run_child(CALLBACKS, tmp_path / "a.bin", tmp_path / "b.bin")
+    assert r["plugin_type"] == 2  # H5PL_TYPE_VFD
+    assert (r["version"], r["value"], r["name"]) == (1, 501, "gpufile")
+    assert r["ctl_is_null"] and r["fl_map"] == [1, 1, 1, 3, 3, 1, 1]  # metadata | raw pools
+    assert r["flags"] & 0x80 and not r["flags"] & 0x8  # POSIX handle, no data sieve
+    assert (r["eof"], r["eoa"]) == (10_000, 0)
+    assert r["host_read"] == 0 and r["host_tail_ok"]  # zeros past the end of the file
+    assert r["device_read"] == 0 and r["device_tail_ok"]  # in GPU memory too
+    assert r["device_write"] == 0
+    assert r["eof_after_write"] == r["size_after_write"] == 16_000
+    assert r["overflow_read"] < 0
+    assert r["truncate_up"] == 0 and r["size_after_truncate_up"] == 20_000
+    assert r["size_after_truncate_down"] == r["eof_after_truncate_down"] == 5000
+    assert r["head"]
+    assert r["cmp"][0] == 0 and r["cmp"][1] == -r["cmp"][2] != 0
+    assert r["handle_is_file"]
+    assert r["locks"] == [0, -1, 0, 0, 0]  # shared against exclusive fails at once (LOCK_NB)
+    assert not r["open_missing"] and not r["create_existing"]
+    assert r["closes"] == [0, 0, 0]
+    assert r["delete"] == 0 and not r["other_exists"]
+    c = r["counters"]
+    assert c["device_bytes_read"] == 8192 and c["device_bytes_written"] == 1000
+    assert c["files_opened"] == 3
