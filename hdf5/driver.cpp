@@ -14,6 +14,7 @@
 #include <cerrno>
 #include <cstring>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <type_traits>
 #include <vector>
@@ -118,29 +119,74 @@ std::string config_string(hid_t fapl) {
   return text;
 }
 
-// Opens (or counts one more use of) the runtime's session, with the file's configuration
-// staged first. Settings take effect when the session starts: while other files keep it open,
-// a different configuration cannot change it (logged, not an error).
-Error open_session(const std::string& config, std::string* why) {
+// The runtime's session, held by the driver from its first open file on. Starting a session
+// starts its workers (milliseconds), so the driver keeps it between files: opening a file then
+// costs what SEC2's open costs. A configuration string takes effect when a session starts: at the
+// first file, or at a file opened while no other is open whose string differs from the one in
+// effect (the session restarts). While files are open, a different string is checked but not
+// applied (gpufile's log says so). The session is never closed at exit: by then the CUDA driver
+// may be gone, and the runtime is built to be left open (as cuFile programs leave it).
+struct SessionHold {
+  std::mutex mu;
+  bool held = false;
+  std::string config;  // the string the held session started with
+  std::string warned;  // the last string logged as not applied to it
+  int open_files = 0;
+};
+SessionHold g_session;
+
+Error start_session(const std::vector<Setting>& settings, std::string* why) {
+  if (std::string e = stage_settings(settings); !e.empty()) {
+    config::clear_staged();
+    *why = e;
+    return Error::of(Errc::invalid_argument);
+  }
+  Error e = Runtime::instance().open();
+  if (e) *why = "gpufile could not start: " + describe(e);
+  return e;
+}
+
+// Counts one more open file on the session, starting or restarting it as said above.
+Error acquire_session(const std::string& config, std::string* why) {
   std::vector<Setting> settings;
   if (std::string e = parse_config(config, &settings); !e.empty()) {
     *why = "driver configuration \"" + config + "\": " + e;
     return Error::of(Errc::invalid_argument);
   }
-  Runtime& rt = Runtime::instance();
-  if (!settings.empty() && rt.is_open()) {
-    GPUFILE_LOG(LogLevel::warn,
-                "hdf5 driver: configuration \"%s\" not applied: gpufile's session is already "
-                "open with the settings of a file opened earlier",
-                config.c_str());
-  } else if (std::string e = stage_settings(settings); !e.empty()) {
-    config::clear_staged();
-    *why = "driver configuration \"" + config + "\": " + e;
-    return Error::of(Errc::invalid_argument);
+  std::lock_guard lock(g_session.mu);
+  if (g_session.held && g_session.config != config) {
+    if (g_session.open_files > 0) {
+      // Once per string: HDF5 opens a file more than once while it creates it.
+      if (g_session.warned != config) {
+        g_session.warned = config;
+        GPUFILE_LOG(LogLevel::warn,
+                    "hdf5 driver: configuration \"%s\" not applied: files opened with \"%s\" "
+                    "are still open and share gpufile's session",
+                    config.c_str(), g_session.config.c_str());
+      }
+      ++g_session.open_files;
+      return Error::none();
+    }
+    Runtime::instance().close();
+    g_session.held = false;
   }
-  Error e = rt.open();
-  if (e) *why = "gpufile could not start: " + describe(e);
-  return e;
+  if (!g_session.held) {
+    if (Error e = start_session(settings, why)) {
+      if (e.code == Errc::invalid_argument)
+        *why = "driver configuration \"" + config + "\": " + *why;
+      return e;
+    }
+    g_session.held = true;
+    g_session.config = config;
+    g_session.warned.clear();
+  }
+  ++g_session.open_files;
+  return Error::none();
+}
+
+void release_session() {
+  std::lock_guard lock(g_session.mu);
+  --g_session.open_files;
 }
 
 int posix_flags(unsigned hdf5_flags) {
@@ -164,7 +210,7 @@ abi::File* open_file(const char* name, unsigned flags, hid_t fapl, haddr_t maxad
     return nullptr;
   }
   std::string why;
-  if (open_session(config_string(fapl), &why)) {
+  if (acquire_session(config_string(fapl), &why)) {
     push_error(kFn, &Hdf5Api::major_file, &Hdf5Api::minor_open, why);
     return nullptr;
   }
@@ -174,7 +220,7 @@ abi::File* open_file(const char* name, unsigned flags, hid_t fapl, haddr_t maxad
   if (!e && fstat(file->fd(), &st) != 0) e = Error::sys(errno);
   if (e) {
     file.reset();
-    Runtime::instance().close();
+    release_session();
     push_error(kFn, &Hdf5Api::major_file, &Hdf5Api::minor_open,
                "unable to open file: name = '" + std::string(name) + "', " +
                    describe_for_hdf5(e) + ", flags = " + std::to_string(flags));
@@ -195,7 +241,7 @@ herr_t close_file(abi::File* head) {
   Error e = f->file->close();
   delete f->file;
   delete f;
-  Runtime::instance().close();
+  release_session();
   if (e) {
     push_error("gpufile_close", &Hdf5Api::major_io, &Hdf5Api::minor_close,
                "unable to close file: " + describe_for_hdf5(e));

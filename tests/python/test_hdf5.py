@@ -45,7 +45,7 @@ def run_child(script, *args, env=None):
     out = subprocess.run([sys.executable, "-c", CHILD_PRELUDE + script, *map(str, args)],
                          env=env, capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, f"child failed ({out.returncode}):\n{out.stdout}\n{out.stderr}"
-    return json.loads(out.stdout.strip().splitlines()[-1])
+    return dict(json.loads(out.stdout.strip().splitlines()[-1]), stderr=out.stderr)
 
 
 def test_plugin_path_holds_the_plugin_alone():
@@ -135,6 +135,29 @@ report(error=error)
     with h5py.File(path, "r") as f:
         check_content(f)
         assert f.attrs["again"] == 1
+
+
+def test_session_is_kept_between_files_and_restarted_for_a_new_configuration(tmp_path):
+    # Files share one gpufile session; a configuration that differs applies when no file is
+    # open (the session restarts), and is checked but not applied while one is (a warning).
+    r = run_child("""
+gpufile.hdf5.register_h5py()
+a = h5py.File(sys.argv[1], "w", driver="gpufile", config="workers=2")
+b = h5py.File(sys.argv[2], "w", driver="gpufile", config="workers=3")   # shares a's session
+try:
+    h5py.File(sys.argv[3], "w", driver="gpufile", config="workers=lots")
+    refused = False
+except OSError:
+    refused = True
+a.close(); b.close()
+c = h5py.File(sys.argv[1], "r", driver="gpufile", config="workers=4")    # restarts it
+c.close()
+report(refused=refused)
+""", tmp_path / "a.h5", tmp_path / "b.h5", tmp_path / "c.h5", env={"GPUFILE_LOG_LEVEL": "WARN"})
+    assert r["refused"]
+    assert r["counters"]["files_opened"] == 3
+    warnings = [line for line in r["stderr"].splitlines() if "not applied" in line]
+    assert len(warnings) == 1 and '"workers=3" not applied' in warnings[0], r["stderr"]
 
 
 BAD_FILES = """
