@@ -24,7 +24,7 @@ import os
 from typing import Dict, Optional
 
 __all__ = ["DRIVER_NAME", "LIBRARY_NAME", "counters", "environment", "plugin_file", "plugin_path",
-           "register_h5py", "set_fapl"]
+           "read", "register_h5py", "set_fapl"]
 
 DRIVER_NAME = "gpufile"
 LIBRARY_NAME = "libgpufile_hdf5.so"
@@ -108,3 +108,34 @@ def counters() -> Dict[str, int]:
     if lib.gpufile_hdf5_get_counters(ctypes.byref(out)) != 0:
         raise RuntimeError("gpufile_hdf5_get_counters failed")
     return {name: int(getattr(out, name)) for name, _ in _Counters._fields_}
+
+
+def read(dset, out) -> int:
+    """Reads a contiguous h5py dataset's bytes from its file straight into ``out`` through
+    gpufile, HDF5 not involved: ``out`` is any buffer ``gpufile.File.read`` takes (CuPy, PyTorch,
+    ``gpufile.DeviceBuffer``, NumPy), of at least ``dset.nbytes``. Works whichever driver opened
+    the file. Returns the bytes read.
+
+    The bytes are the file's: ``dset.dtype`` says their type and byte order, no conversion is
+    made. What this process wrote through h5py must be flushed first (``dset.file.flush()``).
+    Chunked, compressed and external datasets are refused (not done yet: docs/hdf5.md).
+    """
+    if dset.chunks is not None or dset.compression is not None:
+        raise ValueError(f"{dset.name}: chunked datasets are not read by gpufile.hdf5.read yet "
+                         "(only contiguous ones)")
+    if dset.external:
+        raise ValueError(f"{dset.name}: stored in external files")
+    # Storage size first: with a user block, HDF5 offsets even an unallocated address.
+    nbytes = dset.id.get_storage_size()
+    offset = dset.id.get_offset()
+    if offset is None or (nbytes == 0 and dset.nbytes > 0):
+        raise ValueError(f"{dset.name}: no storage allocated (never written)")
+    if nbytes != dset.nbytes:
+        raise ValueError(f"{dset.name}: {nbytes} bytes stored for {dset.nbytes} expected")
+    from . import open as gpufile_open
+    with gpufile_open(dset.file.filename) as f:
+        n = f.read(out, size=nbytes, file_offset=offset)
+    if n != nbytes:
+        raise OSError(f"{dset.name}: read {n} of {nbytes} bytes: the file is shorter than HDF5 "
+                      "says (truncated?)")
+    return n
