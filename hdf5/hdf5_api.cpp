@@ -20,14 +20,14 @@ Hdf5Api g_api;
 
 bool has_hdf5(void* handle) { return handle != nullptr && dlsym(handle, "H5open") != nullptr; }
 
-// The loaded objects whose file name says libhdf5 (not libhdf5_hl, _cpp, ...): h5py's copy
-// is named like libhdf5-8c29085d.so.310.5.1.
+// The loaded objects whose file name starts with libhdf5: h5py's copy is named like
+// libhdf5-8c29085d.so.310.5.1, Debian's libhdf5_serial.so.310, conda's libhdf5.so.310. A
+// companion (libhdf5_hl, libhdf5_cpp) does no harm: dlsym on its handle searches its
+// dependencies too, so the functions come from the libhdf5 it was linked against.
 bool looks_like_libhdf5(const char* path) {
   const char* base = std::strrchr(path, '/');
   base = base ? base + 1 : path;
-  if (std::strncmp(base, "libhdf5", 7) != 0) return false;
-  const char next = base[7];
-  return next == '.' || next == '-';
+  return std::strncmp(base, "libhdf5", 7) == 0;
 }
 
 struct Search {
