@@ -121,7 +121,7 @@ std::string config_string(hid_t fapl) {
 
 // The runtime's session, held by the driver from its first open file on. Starting a session
 // starts its workers (milliseconds), so the driver keeps it between files: opening a file then
-// costs what SEC2's open costs. A configuration string takes effect when a session starts: at the
+// costs little more than SEC2's open. A configuration string takes effect when a session starts: at the
 // first file, or at a file opened while no other is open whose string differs from the one in
 // effect (the session restarts). While files are open, a different string is checked but not
 // applied (gpufile's log says so). The session is never closed at exit: by then the CUDA driver
