@@ -160,6 +160,26 @@ report(refused=refused)
     assert len(warnings) == 1 and '"workers=3" not applied' in warnings[0], r["stderr"]
 
 
+@pytest.mark.skipif("HDF5_USE_FILE_LOCKING" in os.environ, reason="HDF5's file locks are off")
+def test_file_locks_interoperate_with_sec2(tmp_path):
+    # HDF5 locks a file for its whole open: the driver's flock and SEC2's see each other.
+    path = tmp_path / "locked.h5"
+    script = """
+try:
+    with h5py.File(sys.argv[1], "r") as f:
+        report(error="", value=int(f["x"][0]))
+except OSError as e:
+    report(error=str(e))
+"""
+    with h5py.File(path, "w") as f:  # SEC2, holding the write lock
+        f["x"] = [42]
+        f.flush()
+        locked = run_with_driver(script, path)
+    assert "unable to lock file" in locked["error"] and "errno = 11" in locked["error"]
+    unlocked = run_with_driver(script, path)  # SEC2 closed the file
+    assert unlocked["error"] == "" and unlocked["value"] == 42
+
+
 BAD_FILES = """
 results = {}
 for name in sys.argv[1:]:
