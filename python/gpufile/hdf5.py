@@ -90,10 +90,12 @@ def register_h5py() -> None:
     h5py.register_driver(DRIVER_NAME, set_fapl)
 
 
+_COUNTERS = ("files_opened", "reads", "writes", "bytes_read", "bytes_written",
+             "device_bytes_read", "device_bytes_written")
+
+
 class _Counters(ctypes.Structure):
-    _fields_ = [(name, ctypes.c_uint64) for name in (
-        "files_opened", "reads", "writes", "bytes_read", "bytes_written", "device_bytes_read",
-        "device_bytes_written")]
+    _fields_ = [(name, ctypes.c_uint64) for name in _COUNTERS]
 
 
 def counters() -> Dict[str, int]:
@@ -107,7 +109,7 @@ def counters() -> Dict[str, int]:
     out = _Counters()
     if lib.gpufile_hdf5_get_counters(ctypes.byref(out)) != 0:
         raise RuntimeError("gpufile_hdf5_get_counters failed")
-    return {name: int(getattr(out, name)) for name, _ in _Counters._fields_}
+    return {name: int(getattr(out, name)) for name in _COUNTERS}
 
 
 def read(dset, out) -> int:
