@@ -86,7 +86,7 @@ def set_fapl(plist, config: Optional[str] = None) -> None:
 def register_h5py() -> None:
     """Lets h5py open files through the driver: ``h5py.File(path, mode, driver="gpufile",
     config="workers=8")``. Safe to call again."""
-    import h5py
+    import h5py  # type: ignore[import-untyped]  # h5py ships no type information
     h5py.register_driver(DRIVER_NAME, set_fapl)
 
 
