@@ -67,7 +67,12 @@ unsigned IoBatch::capacity() const noexcept { return impl_ ? impl_->batch.capaci
 
 namespace {
 
-// Every op validated into a runtime entry, or the first op's error thrown.
+[[noreturn]] void raise_for_op(const Error& e, size_t index, const std::string& path) {
+  cppapi::raise(e, "IoBatch::submit, op " + std::to_string(index), path);
+}
+
+// Every op validated into a runtime entry (one of size 0 without an Io: the runtime starts
+// nothing for it), or the first bad op's error thrown.
 std::vector<Batch::Entry> entries_of(std::span<const BatchOp> ops, uint64_t* read_bytes,
                                      uint64_t* write_bytes) {
   Runtime::SeenFiles seen;
@@ -75,19 +80,19 @@ std::vector<Batch::Entry> entries_of(std::span<const BatchOp> ops, uint64_t* rea
   entries.reserve(ops.size());
   for (size_t i = 0; i < ops.size(); ++i) {
     const BatchOp& op = ops[i];
-    const std::string what = "IoBatch::submit, op " + std::to_string(i);
-    if (op.file == nullptr) cppapi::raise(Error::of(Errc::invalid_argument), what + " (no File)");
+    if (op.file == nullptr) raise_for_op(Error::of(Errc::invalid_argument), i, "(no File)");
     const sys::IoKind kind = op.op == IoOp::read ? sys::IoKind::read : sys::IoKind::write;
-    cppapi::check_access(*op.file, kind, what.c_str());
+    if (Error e = cppapi::access_error(*op.file, kind)) raise_for_op(e, i, op.file->path());
     if (op.buf_offset > static_cast<std::size_t>(INT64_MAX))
-      cppapi::raise(Error::of(Errc::invalid_argument), what + " (buf_offset)");
+      raise_for_op(Error::of(Errc::invalid_argument), i, op.file->path());
     Batch::Entry entry;
     entry.cookie = cookie_of(op.tag);
     if (Error e = Runtime::instance().prepare(kind, op.file->handle(), op.buf, op.size,
                                               op.file_offset,
                                               static_cast<int64_t>(op.buf_offset), &entry.io,
                                               nullptr, &seen))
-      cppapi::raise(e, what, op.file->path());
+      raise_for_op(e, i, op.file->path());
+    if (op.size == 0) entry.io.reset();
     (kind == sys::IoKind::read ? *read_bytes : *write_bytes) += op.size;
     entries.push_back(std::move(entry));
   }
@@ -113,10 +118,8 @@ void IoBatch::submit(std::span<const BatchOp> ops) {
     throw;
   }
   std::vector<BatchCompletion> empty;
-  for (Batch::Entry& entry : entries) {
-    if (entry.io && entry.io->job.len == 0) entry.io.reset();
+  for (const Batch::Entry& entry : entries)
     if (!entry.io) empty.push_back({reinterpret_cast<uintptr_t>(entry.cookie)});
-  }
   Error e = impl_->batch.submit(entries);
   record(e.ok());
   if (e) cppapi::raise(e, "IoBatch::submit");

@@ -34,7 +34,8 @@ Exception::~Exception() = default;
 
 namespace cppapi {
 
-// The runtime's codes and the public ones, side by side. errc::driver_open has no runtime code.
+// The runtime's codes and the public ones, side by side (errc::driver_open has no runtime code).
+// The switches below have no default, so -Wswitch names a code added to either enum alone.
 #define GPUFILE_BOTH_CODES(X)                            \
   X(invalid_argument) X(cuda) X(driver_not_open) X(driver_closing) \
   X(handle_not_registered) X(handle_already_registered) X(invalid_file_type) \

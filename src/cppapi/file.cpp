@@ -44,35 +44,33 @@ struct Future::Impl {
   std::unique_ptr<api::Future> io;
   std::string path;  // for the error's message
   sys::IoKind kind = sys::IoKind::read;
+
+  // The IO of a Future, or errc::invalid_argument for one that holds none.
+  static api::Future& io_of(const std::unique_ptr<Impl>& impl, const char* what) {
+    if (!impl)
+      cppapi::raise(errc::invalid_argument, std::string(what) + ": the Future holds no IO");
+    return *impl->io;
+  }
 };
 
 Future::Future() noexcept = default;
 Future::Future(std::unique_ptr<Impl> impl) noexcept : impl_(std::move(impl)) {}
 Future::~Future() = default;  // ~api::Future waits for a running IO
 Future::Future(Future&& other) noexcept = default;
-Future& Future::operator=(Future&& other) noexcept = default;
+Future& Future::operator=(Future&& other) noexcept = default;  // the old one's ~api::Future waits
 
 bool Future::valid() const noexcept { return impl_ != nullptr; }
 
-bool Future::done() const {
-  if (!impl_) cppapi::raise(errc::invalid_argument, "Future::done: the Future holds no IO");
-  return impl_->io->done();
-}
+bool Future::done() const { return Impl::io_of(impl_, "Future::done").done(); }
 
-void Future::wait() const { (void)wait_for(std::chrono::nanoseconds::max()); }
+void Future::wait() const { Impl::io_of(impl_, "Future::wait").wait(); }
 
 bool Future::wait_for(std::chrono::nanoseconds timeout) const {
-  if (!impl_) cppapi::raise(errc::invalid_argument, "Future::wait: the Future holds no IO");
-  if (timeout == std::chrono::nanoseconds::max()) {
-    impl_->io->wait();
-    return true;
-  }
-  return impl_->io->wait_for(timeout);
+  return Impl::io_of(impl_, "Future::wait_for").wait_for(timeout);
 }
 
 std::size_t Future::get() const {
-  if (!impl_) cppapi::raise(errc::invalid_argument, "Future::get: the Future holds no IO");
-  IoResult r = impl_->io->wait();
+  IoResult r = Impl::io_of(impl_, "Future::get").wait();
   if (!r.ok()) cppapi::raise(r.error, name_of(impl_->kind), impl_->path);
   return r.bytes;
 }
@@ -81,22 +79,27 @@ std::size_t Future::get() const {
 
 struct File::Impl {
   std::unique_ptr<api::File> file;
-  std::string path;
   int access = O_RDONLY;  // O_RDONLY, O_WRONLY or O_RDWR
 };
 
 namespace cppapi {
 
-void check_access(const File& file, sys::IoKind kind, const char* what) {
-  if (file.closed()) raise_closed(what, file.path());
-  const Error refused = Error::of(Errc::invalid_open_flag);
-  if (kind == sys::IoKind::read && !file.readable())
-    raise(refused, std::string(what) + " (opened write-only)", file.path());
-  if (kind == sys::IoKind::write && !file.writable())
-    raise(refused, std::string(what) + " (opened read-only)", file.path());
+Error access_error(const File& file, sys::IoKind kind) {
+  if (file.closed()) return Error::sys(EBADF);
+  const bool allowed = kind == sys::IoKind::read ? file.readable() : file.writable();
+  return allowed ? Error::none() : Error::of(Errc::invalid_open_flag);
 }
 
 }  // namespace cppapi
+
+namespace {
+
+// Throws unless the File can take the IO.
+void check_access(const File& file, sys::IoKind kind, const char* what) {
+  if (Error e = cppapi::access_error(file, kind)) cppapi::raise(e, what, file.path());
+}
+
+}  // namespace
 
 File::File() noexcept = default;
 
@@ -105,7 +108,6 @@ File::File(const std::string& path, std::string_view mode, unsigned permissions)
 
 File::File(const std::string& path, int flags, unsigned permissions)
     : impl_(std::make_unique<Impl>()) {
-  impl_->path = path;
   impl_->access = flags & O_ACCMODE;
   if (Error e = api::File::open(path, flags, static_cast<mode_t>(permissions), &impl_->file))
     cppapi::raise(e, "open", path);
@@ -117,8 +119,7 @@ File& File::operator=(File&& other) noexcept = default;
 
 void File::close() {
   if (closed()) return;
-  Error e = impl_->file->close();
-  if (e) cppapi::raise(e, "close", impl_->path);
+  if (Error e = impl_->file->close()) cppapi::raise(e, "close", path());
 }
 
 bool File::closed() const noexcept { return !impl_ || !impl_->file || impl_->file->closed(); }
@@ -129,7 +130,7 @@ bool File::writable() const noexcept { return !closed() && impl_->access != O_RD
 
 const std::string& File::path() const noexcept {
   static const std::string none;
-  return impl_ ? impl_->path : none;
+  return impl_ && impl_->file ? impl_->file->path() : none;
 }
 
 int File::fd() const {
@@ -145,23 +146,23 @@ void* File::handle() const {
 std::uint64_t File::size() const {
   if (closed()) raise_closed("size", path());
   uint64_t n = 0;
-  if (Error e = impl_->file->size(&n)) cppapi::raise(e, "size", impl_->path);
+  if (Error e = impl_->file->size(&n)) cppapi::raise(e, "size", path());
   return n;
 }
 
 std::size_t File::read(void* buf, std::size_t size, std::int64_t file_offset,
                        std::size_t buf_offset) {
-  cppapi::check_access(*this, sys::IoKind::read, "read");
+  check_access(*this, sys::IoKind::read, "read");
   IoResult r = impl_->file->read(buf, size, file_offset, checked_buf_offset(buf_offset));
-  if (!r.ok()) cppapi::raise(r.error, "read", impl_->path);
+  if (!r.ok()) cppapi::raise(r.error, "read", path());
   return r.bytes;
 }
 
 std::size_t File::write(const void* buf, std::size_t size, std::int64_t file_offset,
                         std::size_t buf_offset) {
-  cppapi::check_access(*this, sys::IoKind::write, "write");
+  check_access(*this, sys::IoKind::write, "write");
   IoResult r = impl_->file->write(buf, size, file_offset, checked_buf_offset(buf_offset));
-  if (!r.ok()) cppapi::raise(r.error, "write", impl_->path);
+  if (!r.ok()) cppapi::raise(r.error, "write", path());
   return r.bytes;
 }
 
@@ -169,13 +170,13 @@ Future File::start(bool write, const void* buf, std::size_t size, std::int64_t f
                    std::size_t buf_offset) {
   const sys::IoKind kind = write ? sys::IoKind::write : sys::IoKind::read;
   const char* what = write ? "pwrite" : "pread";
-  cppapi::check_access(*this, kind, what);
+  check_access(*this, kind, what);
   auto future = std::make_unique<Future::Impl>();
-  future->path = impl_->path;
+  future->path = path();
   future->kind = kind;
   if (Error e = impl_->file->start(kind, buf, size, file_offset, &future->io,
                                    checked_buf_offset(buf_offset)))
-    cppapi::raise(e, what, impl_->path);
+    cppapi::raise(e, what, path());
   return Future(std::move(future));
 }
 
