@@ -4,9 +4,11 @@
 #include <fcntl.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstring>
 #include <thread>
+#include <vector>
 
 #include "support.hpp"
 
@@ -165,6 +167,32 @@ TEST_P(FileData, FuturesReadAndWriteConcurrently) {
   EXPECT_EQ(mismatch(read_file(path), want), "");
 }
 
+// One File, many threads: each reads its own stripes (documented: IO calls on one File are
+// independent).
+TEST_P(FileData, ManyThreadsShareOneFile) {
+  const auto bytes = random_bytes(kFileSize, 16);
+  const std::string path = dir_.file("data");
+  write_file(path, bytes);
+  gpufile::File f(path);
+  Memory mem(GetParam(), kFileSize);
+  constexpr std::size_t kThreads = 8, kStripe = 100003;
+  std::vector<std::thread> threads;
+  std::vector<std::size_t> moved(kThreads, 0);
+  for (std::size_t t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&, t] {
+      for (std::size_t at = t * kStripe; at < kFileSize; at += kThreads * kStripe) {
+        const std::size_t n = std::min(kStripe, kFileSize - at);
+        moved[t] += f.read(mem.get(), n, static_cast<std::int64_t>(at), at);
+      }
+    });
+  }
+  for (std::thread& t : threads) t.join();
+  std::size_t total = 0;
+  for (std::size_t n : moved) total += n;
+  EXPECT_EQ(total, kFileSize);
+  EXPECT_EQ(mismatch(mem.to_host(), bytes), "");
+}
+
 INSTANTIATE_TEST_SUITE_P(Memories, FileData, ::testing::ValuesIn(kAllMem),
                          [](const auto& info) { return std::string(mem_name(info.param)); });
 
@@ -203,6 +231,25 @@ TEST_F(FutureLifetime, AssigningOverARunningFutureWaitsForIt) {
   EXPECT_TRUE(was_running);
   EXPECT_FALSE(future.valid());
   EXPECT_EQ(mismatch(mem.to_host(), bytes), "");
+}
+
+TEST_F(FutureLifetime, ClosingTheFileWaitsForItsFutures) {
+  const auto bytes = random_bytes(kFileSize, 15);
+  const std::string path = dir_.file("data");
+  write_file(path, bytes);
+  gpufile::File f(path);
+  Memory mem(Mem::device, kFileSize);
+  fakecuda_set_async_delay_us(20000);
+  gpufile::Future running = f.pread(mem.get(), kFileSize, 0);
+  const bool was_running = !running.done();
+  f.close();
+  // The IO is over once close() returned: every byte has landed. (The Future itself may flip to
+  // done a moment later: its completion gives the file back before it wakes the waiters.)
+  const auto at_close = mem.to_host();
+  fakecuda_set_async_delay_us(0);
+  EXPECT_TRUE(was_running);
+  EXPECT_EQ(mismatch(at_close, bytes), "");
+  EXPECT_EQ(running.get(), kFileSize);
 }
 
 TEST_F(FutureLifetime, AnEmptyFutureSaysSo) {
