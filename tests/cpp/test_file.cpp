@@ -196,7 +196,15 @@ TEST_P(FileData, ManyThreadsShareOneFile) {
 INSTANTIATE_TEST_SUITE_P(Memories, FileData, ::testing::ValuesIn(kAllMem),
                          [](const auto& info) { return std::string(mem_name(info.param)); });
 
-using FutureLifetime = CppApiTest;
+// The test double's knobs are reset after each test, even one that failed half-way.
+class FutureLifetime : public CppApiTest {
+ protected:
+  void TearDown() override {
+    fakecuda_set_async_delay_us(0);
+    fakecuda_reset_faults();
+    CppApiTest::TearDown();
+  }
+};
 
 // The double's copies take 20 ms each, so the read is still running when its Future goes: the
 // destructor must wait, or the bytes would land (or not) after the owner let go.
@@ -275,7 +283,6 @@ TEST_F(FutureLifetime, AFailedIoThrowsFromGet) {
     EXPECT_EQ(e.code(), errc::cuda) << e.what();
     EXPECT_EQ(e.cuda_result(), 999);
   }
-  fakecuda_reset_faults();
 }
 
 // ---- buffer registration -----------------------------------------------------------------------
