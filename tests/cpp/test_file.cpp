@@ -196,68 +196,79 @@ TEST_P(FileData, ManyThreadsShareOneFile) {
 INSTANTIATE_TEST_SUITE_P(Memories, FileData, ::testing::ValuesIn(kAllMem),
                          [](const auto& info) { return std::string(mem_name(info.param)); });
 
-// The test double's knobs are reset after each test, even one that failed half-way.
+// The double's copies take 20 ms each, so a read of kFileSize into device memory is still
+// running right after it started. Its bytes count under their data path only when the whole IO
+// finished, which tells from outside whether a call waited for it (the data alone cannot: a
+// later copy back waits for the copies before it). The knobs are reset after each test, even
+// one that failed half-way.
 class FutureLifetime : public CppApiTest {
  protected:
+  void SetUp() override {
+    CppApiTest::SetUp();
+    write_file(path_, bytes_);
+    file_ = gpufile::File(path_);
+    gpufile::reset_statistics();
+    fakecuda_set_async_delay_us(20000);
+  }
   void TearDown() override {
     fakecuda_set_async_delay_us(0);
     fakecuda_reset_faults();
+    file_.close();
     CppApiTest::TearDown();
   }
+  static std::uint64_t bytes_read_so_far() {
+    const gpufile::OpStats read = gpufile::statistics().read;
+    return read.staged_direct.bytes + read.page_cache.bytes + read.host_direct.bytes +
+           read.small_io.bytes;
+  }
+  // The memory holds the file.
+  void expect_file_in(const Memory& mem) {
+    fakecuda_set_async_delay_us(0);
+    EXPECT_EQ(mismatch(mem.to_host(), bytes_), "");
+  }
+
+  const std::vector<std::uint8_t> bytes_ = random_bytes(kFileSize, 7);
+  const std::string path_ = dir_.file("data");
+  gpufile::File file_;
+  Memory mem_{Mem::device, kFileSize};
 };
 
-// The double's copies take 20 ms each, so the read is still running when its Future goes: the
-// destructor must wait, or the bytes would land (or not) after the owner let go.
 TEST_F(FutureLifetime, DestroyingARunningFutureWaitsForIt) {
-  const auto bytes = random_bytes(kFileSize, 7);
-  const std::string path = dir_.file("data");
-  write_file(path, bytes);
-  gpufile::File f(path);
-  Memory mem(Mem::device, kFileSize);
-  fakecuda_set_async_delay_us(20000);
-  bool was_running = false;
   {
-    gpufile::Future running = f.pread(mem.get(), kFileSize, 0);
-    was_running = !running.done();
+    gpufile::Future running = file_.pread(mem_.get(), kFileSize, 0);
+    ASSERT_FALSE(running.done()) << "the read finished at once: nothing would be tested";
   }
-  fakecuda_set_async_delay_us(0);
-  EXPECT_TRUE(was_running) << "the read finished before its Future went: nothing was tested";
-  EXPECT_EQ(mismatch(mem.to_host(), bytes), "");
+  EXPECT_EQ(bytes_read_so_far(), kFileSize);
+  expect_file_in(mem_);
 }
 
 TEST_F(FutureLifetime, AssigningOverARunningFutureWaitsForIt) {
-  const auto bytes = random_bytes(kFileSize, 8);
-  const std::string path = dir_.file("data");
-  write_file(path, bytes);
-  gpufile::File f(path);
-  Memory mem(Mem::device, kFileSize);
-  fakecuda_set_async_delay_us(20000);
-  gpufile::Future future = f.pread(mem.get(), kFileSize, 0);
-  const bool was_running = !future.done();
+  gpufile::Future future = file_.pread(mem_.get(), kFileSize, 0);
+  ASSERT_FALSE(future.done());
   future = gpufile::Future();
-  fakecuda_set_async_delay_us(0);
-  EXPECT_TRUE(was_running);
+  EXPECT_EQ(bytes_read_so_far(), kFileSize);
   EXPECT_FALSE(future.valid());
-  EXPECT_EQ(mismatch(mem.to_host(), bytes), "");
+  expect_file_in(mem_);
 }
 
 TEST_F(FutureLifetime, ClosingTheFileWaitsForItsFutures) {
-  const auto bytes = random_bytes(kFileSize, 15);
-  const std::string path = dir_.file("data");
-  write_file(path, bytes);
-  gpufile::File f(path);
-  Memory mem(Mem::device, kFileSize);
-  fakecuda_set_async_delay_us(20000);
-  gpufile::Future running = f.pread(mem.get(), kFileSize, 0);
-  const bool was_running = !running.done();
-  f.close();
-  // The IO is over once close() returned: every byte has landed. (The Future itself may flip to
-  // done a moment later: its completion gives the file back before it wakes the waiters.)
-  const auto at_close = mem.to_host();
-  fakecuda_set_async_delay_us(0);
-  EXPECT_TRUE(was_running);
-  EXPECT_EQ(mismatch(at_close, bytes), "");
+  gpufile::Future running = file_.pread(mem_.get(), kFileSize, 0);
+  ASSERT_FALSE(running.done());
+  file_.close();
+  // The IO is over once close() returned. (The Future itself may turn done a moment later: its
+  // completion gives the file back before it wakes the waiters.)
+  EXPECT_EQ(bytes_read_so_far(), kFileSize);
   EXPECT_EQ(running.get(), kFileSize);
+  expect_file_in(mem_);
+}
+
+TEST_F(FutureLifetime, GetWaitsAndWaitForTimesOut) {
+  gpufile::Future running = file_.pread(mem_.get(), kFileSize, 0);
+  EXPECT_FALSE(running.wait_for(std::chrono::milliseconds(1)));
+  EXPECT_EQ(running.get(), kFileSize);
+  EXPECT_TRUE(running.done());
+  EXPECT_TRUE(running.wait_for(std::chrono::milliseconds(0)));
+  expect_file_in(mem_);
 }
 
 TEST_F(FutureLifetime, AnEmptyFutureSaysSo) {
@@ -268,14 +279,10 @@ TEST_F(FutureLifetime, AnEmptyFutureSaysSo) {
 }
 
 TEST_F(FutureLifetime, AFailedIoThrowsFromGet) {
-  const std::string path = dir_.file("data");
-  write_file(path, random_bytes(4096, 9));
-  gpufile::File f(path);
-  Memory mem(Mem::device, 4096);
   // Every way the workers copy to the GPU fails with CUDA_ERROR_UNKNOWN (999).
   for (const char* copy : {"cuMemcpyHtoDAsync_v2", "cuMemcpyBatchAsync_v2", "cuMemcpyHtoD_v2"})
     ASSERT_EQ(fakecuda_fail_call_from(copy, 1, 999), 0) << copy;
-  gpufile::Future failing = f.pread(mem.get(), 4096, 0);
+  gpufile::Future failing = file_.pread(mem_.get(), 4096, 0);
   try {
     failing.get();
     ADD_FAILURE() << "the read succeeded although every copy failed";
