@@ -7,8 +7,9 @@ gpufile_packages=(cmake ninja-build g++ liburing-dev nlohmann-json3-dev libgtest
   python3-venv)
 
 # Only for scripts/test.sh: gdb, with which a test that hangs prints every thread's stack
-# (tests/support/common/watchdog.hpp) before it fails.
-gpufile_test_packages=(gdb)
+# (tests/support/common/watchdog.hpp) before it fails; pkg-config, with which tests/install builds
+# a program against the installed gpufile.pc.
+gpufile_test_packages=(gdb pkg-config)
 
 # The fuzz step of test.sh (tests/fuzz): clang, and the runtimes of libFuzzer and the sanitizers
 # for its version (Debian 12: clang 14, libclang-rt-14-dev), installed only when that step runs.

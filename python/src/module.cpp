@@ -29,20 +29,9 @@ namespace {
 
 // ---- open modes ------------------------------------------------------------------------------
 
-// Python's modes, without O_APPEND (cuFile refuses appending files): "a" creates the file if
-// missing and keeps its contents, writes go where the offset says.
+// Python's modes (api::open_flags: never O_APPEND, which cuFile refuses).
 int open_flags(const std::string& mode) {
-  std::string m;
-  for (char c : mode)
-    if (c != 'b') m.push_back(c);
-  if (m == "r") return O_RDONLY;
-  if (m == "r+") return O_RDWR;
-  if (m == "w") return O_WRONLY | O_CREAT | O_TRUNC;
-  if (m == "w+") return O_RDWR | O_CREAT | O_TRUNC;
-  if (m == "x") return O_WRONLY | O_CREAT | O_EXCL;
-  if (m == "x+") return O_RDWR | O_CREAT | O_EXCL;
-  if (m == "a") return O_WRONLY | O_CREAT;
-  if (m == "a+") return O_RDWR | O_CREAT;
+  if (std::optional<int> flags = api::open_flags(mode)) return *flags;
   throw nb::value_error(("invalid mode '" + mode + "': use r, r+, w, w+, x, x+, a or a+").c_str());
 }
 

@@ -17,6 +17,21 @@ using Clock = std::chrono::steady_clock;
 
 }  // namespace
 
+std::optional<int> open_flags(std::string_view mode) {
+  std::string m;
+  for (char c : mode)
+    if (c != 'b') m.push_back(c);
+  if (m == "r") return O_RDONLY;
+  if (m == "r+") return O_RDWR;
+  if (m == "w") return O_WRONLY | O_CREAT | O_TRUNC;
+  if (m == "w+") return O_RDWR | O_CREAT | O_TRUNC;
+  if (m == "x") return O_WRONLY | O_CREAT | O_EXCL;
+  if (m == "x+") return O_RDWR | O_CREAT | O_EXCL;
+  if (m == "a") return O_WRONLY | O_CREAT;
+  if (m == "a+") return O_RDWR | O_CREAT;
+  return std::nullopt;
+}
+
 // ---- Future ----------------------------------------------------------------------------------
 
 // Shared by the Future and the job's completion callback (which usually runs before anyone
@@ -87,28 +102,31 @@ Error File::size(uint64_t* out) const {
   return Error::none();
 }
 
-IoResult File::run(sys::IoKind kind, const void* buf, uint64_t size, int64_t file_offset) {
+IoResult File::run(sys::IoKind kind, const void* buf, uint64_t size, int64_t file_offset,
+                   int64_t buf_offset) {
   if (fd_ < 0) return {0, Error::sys(EBADF)};
   const auto t0 = Clock::now();
-  IoResult r = Runtime::instance().read_write(kind, handle_, buf, size, file_offset, 0);
+  IoResult r =
+      Runtime::instance().read_write(kind, handle_, buf, size, file_offset, buf_offset);
   Runtime::count_call(kind, r, t0);
   return r;
 }
 
-IoResult File::read(void* buf, uint64_t size, int64_t file_offset) {
-  return run(sys::IoKind::read, buf, size, file_offset);
+IoResult File::read(void* buf, uint64_t size, int64_t file_offset, int64_t buf_offset) {
+  return run(sys::IoKind::read, buf, size, file_offset, buf_offset);
 }
 
-IoResult File::write(const void* buf, uint64_t size, int64_t file_offset) {
-  return run(sys::IoKind::write, buf, size, file_offset);
+IoResult File::write(const void* buf, uint64_t size, int64_t file_offset, int64_t buf_offset) {
+  return run(sys::IoKind::write, buf, size, file_offset, buf_offset);
 }
 
 Error File::start(sys::IoKind kind, const void* buf, uint64_t size, int64_t file_offset,
-                  std::unique_ptr<Future>* out) {
+                  std::unique_ptr<Future>* out, int64_t buf_offset) {
   if (fd_ < 0) return Error::sys(EBADF);
   const auto t0 = Clock::now();
   std::unique_ptr<Io> io;
-  if (Error e = Runtime::instance().prepare(kind, handle_, buf, size, file_offset, 0, &io)) {
+  if (Error e = Runtime::instance().prepare(kind, handle_, buf, size, file_offset, buf_offset,
+                                                &io)) {
     Runtime::count_call(kind, IoResult{0, e}, t0);
     return e;
   }

@@ -9,12 +9,19 @@
 #include <chrono>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
+#include <string_view>
 
 #include "core/error.hpp"
 #include "exec/runtime.hpp"
 
 namespace gpufile::api {
+
+// open(2) flags for a Python-style mode ("r", "r+", "w", "w+", "x", "x+", "a", "a+"; a "b" is
+// ignored), or nullopt for any other text. Never O_APPEND (cuFile refuses appending files): "a"
+// creates the file if missing and keeps its contents; writes go where their offset says.
+std::optional<int> open_flags(std::string_view mode);
 
 // One IO started by File::start(). The caller's memory is in use until done() is true or wait()
 // returned; destroying a Future that is not done waits for it, so memory is never written after
@@ -60,19 +67,21 @@ class File {
   // The file's current size in bytes.
   Error size(uint64_t* out) const;
 
-  // Synchronous IO of `size` bytes between the file at `file_offset` and memory at `buf` (host
-  // or device). Reads return fewer bytes only at end of file.
-  IoResult read(void* buf, uint64_t size, int64_t file_offset);
-  IoResult write(const void* buf, uint64_t size, int64_t file_offset);
+  // Synchronous IO of `size` bytes between the file at `file_offset` and memory at
+  // buf + buf_offset (host or device). `buf` is what a registered buffer is found by (its base),
+  // as in cuFile. Reads return fewer bytes only at end of file.
+  IoResult read(void* buf, uint64_t size, int64_t file_offset, int64_t buf_offset = 0);
+  IoResult write(const void* buf, uint64_t size, int64_t file_offset, int64_t buf_offset = 0);
 
   // The same, started on the IO workers; the Future tells completion. Validation errors come
   // back here, not from the Future.
   Error start(sys::IoKind kind, const void* buf, uint64_t size, int64_t file_offset,
-              std::unique_ptr<Future>* out);
+              std::unique_ptr<Future>* out, int64_t buf_offset = 0);
 
  private:
   File() = default;
-  IoResult run(sys::IoKind kind, const void* buf, uint64_t size, int64_t file_offset);
+  IoResult run(sys::IoKind kind, const void* buf, uint64_t size, int64_t file_offset,
+               int64_t buf_offset);
 
   int fd_ = -1;
   void* handle_ = nullptr;

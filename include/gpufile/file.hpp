@@ -1,0 +1,106 @@
+// gpufile::File: a file opened and registered for IO between storage and memory of any kind
+// (GPU device, managed, pinned or pageable host memory), and gpufile::Future, one IO running on
+// gpufile's IO workers. The shape follows KvikIO's FileHandle: read/write block, pread/pwrite
+// return a future.
+#pragma once
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+
+#include "gpufile/error.hpp"
+#include "gpufile/export.hpp"
+
+namespace gpufile {
+
+// One IO started by File::pread or File::pwrite. Until done() is true or wait()/get() returned,
+// the IO may still use its memory; destroying (or assigning over) a Future that is still
+// running waits for it, so gpufile never touches memory after its owner let go of the Future.
+class GPUFILE_API Future {
+ public:
+  Future() noexcept;  // holds no IO: valid() is false
+  ~Future();
+  Future(Future&& other) noexcept;
+  Future& operator=(Future&& other) noexcept;
+  Future(const Future&) = delete;
+  Future& operator=(const Future&) = delete;
+
+  // Whether this Future holds an IO (false when default-made or moved from).
+  bool valid() const noexcept;
+  // Whether the IO finished (get() then returns at once).
+  bool done() const;
+  // Blocks until the IO finished.
+  void wait() const;
+  // Blocks at most `timeout`; false when the IO is still running.
+  bool wait_for(std::chrono::nanoseconds timeout) const;
+  // Waits, then returns the bytes moved (fewer than asked only for a read at end of file), or
+  // throws the IO's Exception. Unlike std::future, may be called again: the same result.
+  std::size_t get() const;
+
+ private:
+  friend class File;
+  struct Impl;
+  explicit Future(std::unique_ptr<Impl> impl) noexcept;
+  std::unique_ptr<Impl> impl_;
+};
+
+class GPUFILE_API File {
+ public:
+  File() noexcept;  // no file: closed() is true
+  // Opens and registers `path`. `mode` is Python's: "r", "r+", "w", "w+", "x", "x+", "a", "a+"
+  // ("a" keeps the contents but never sets O_APPEND: writes go where their offset says).
+  // `permissions` are those of a file the open creates.
+  explicit File(const std::string& path, std::string_view mode = "r",
+                unsigned permissions = 0644);
+  // The same with open(2) flags (O_APPEND is refused with errc::invalid_open_flag, as cuFile
+  // refuses it). gpufile adds O_CLOEXEC and chooses O_DIRECT per IO itself.
+  File(const std::string& path, int flags, unsigned permissions = 0644);
+  // Closes the file (after IO in flight on it finished); a failure to close is ignored here:
+  // call close() to see it.
+  ~File();
+  File(File&& other) noexcept;
+  File& operator=(File&& other) noexcept;  // closes the file it held first
+  File(const File&) = delete;
+  File& operator=(const File&) = delete;
+
+  // Waits for IO in flight on the file, deregisters it and closes it. Does nothing when closed.
+  void close();
+  bool closed() const noexcept;
+  // Whether the open mode allows reads, writes (false when closed).
+  bool readable() const noexcept;
+  bool writable() const noexcept;
+  // The path it was opened with ("" for a File that never held one).
+  const std::string& path() const noexcept;
+  // The file descriptor and the cuFile handle (a CUfileHandle_t, for the cuFile C API that
+  // libgpufile.so also exports). Both throw when closed.
+  int fd() const;
+  void* handle() const;
+  // The file's size in bytes now.
+  std::uint64_t size() const;
+
+  // Moves `size` bytes between the file at `file_offset` and memory at buf + buf_offset, and
+  // returns the bytes moved: all of them, except a read that reaches the end of the file. `buf`
+  // is the base a RegisteredBuffer is found by; any memory works without registering.
+  std::size_t read(void* buf, std::size_t size, std::int64_t file_offset = 0,
+                   std::size_t buf_offset = 0);
+  std::size_t write(const void* buf, std::size_t size, std::int64_t file_offset = 0,
+                    std::size_t buf_offset = 0);
+
+  // The same on gpufile's IO workers: returns at once. Arguments are checked here (a bad one
+  // throws now); the IO's own failure comes from Future::get().
+  Future pread(void* buf, std::size_t size, std::int64_t file_offset = 0,
+               std::size_t buf_offset = 0);
+  Future pwrite(const void* buf, std::size_t size, std::int64_t file_offset = 0,
+                std::size_t buf_offset = 0);
+
+ private:
+  struct Impl;
+  Future start(bool write, const void* buf, std::size_t size, std::int64_t file_offset,
+               std::size_t buf_offset);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace gpufile

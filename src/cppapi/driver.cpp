@@ -1,0 +1,113 @@
+// The driver session, settings and statistics of the public API, over the runtime, the config
+// layer (settings by cufile.json key) and the stats counters: the same calls Python's
+// gpufile.settings(), set_setting() and stats() make.
+#include <nlohmann/json.hpp>
+
+#include "capi/capi.hpp"
+#include "core/config.hpp"
+#include "core/stats.hpp"
+#include "cppapi/raise.hpp"
+#include "cuda/memory.hpp"
+#include "exec/runtime.hpp"
+#include "gpufile/settings.hpp"
+#include "gpufile/stats.hpp"
+
+namespace gpufile {
+
+// ---- driver ----------------------------------------------------------------------------------
+
+void driver_open() {
+  if (Error e = Runtime::instance().open()) cppapi::raise(e, "driver_open");
+}
+
+void driver_close() {
+  Error e = Runtime::instance().close();
+  // As cuFileDriverClose does: the cuFile stream API's staging (reachable through
+  // File::handle()) must not outlive the driver.
+  if (e.ok() && !Runtime::instance().is_open()) capi::on_driver_closed();
+  if (e && e.code != Errc::driver_not_open) cppapi::raise(e, "driver_close");
+}
+
+bool is_driver_open() { return Runtime::instance().is_open(); }
+
+std::string io_engine() {
+  if (Error e = Runtime::instance().ensure_open()) cppapi::raise(e, "io_engine");
+  return Runtime::instance().engine_name();
+}
+
+// ---- settings --------------------------------------------------------------------------------
+
+namespace {
+
+Settings current_settings() {
+  Runtime& rt = Runtime::instance();
+  return rt.is_open() ? rt.settings() : config::resolve().settings;
+}
+
+}  // namespace
+
+std::string settings_json() { return config::settings_json(current_settings()); }
+
+std::string setting(std::string_view key) {
+  const auto all = nlohmann::json::parse(settings_json());
+  const auto it = all.find(std::string(key));
+  if (it == all.end()) cppapi::raise(errc::invalid_argument, "unknown setting " + std::string(key));
+  return it->dump();
+}
+
+void set_setting_json(std::string_view key, std::string_view value_json) {
+  if (Runtime::instance().is_open())
+    cppapi::raise(errc::driver_open, "set_setting " + std::string(key) +
+                                         ": call driver_close() first (Files opened before stay "
+                                         "open but their IO fails)");
+  const std::string problem = config::stage_json(key, value_json);
+  if (!problem.empty()) cppapi::raise(errc::invalid_argument, "set_setting: " + problem);
+}
+
+void set_setting(std::string_view key, std::string_view text) {
+  set_setting_json(key, nlohmann::json(std::string(text)).dump());
+}
+
+void set_setting(std::string_view key, bool value) {
+  set_setting_json(key, value ? "true" : "false");
+}
+
+// ---- statistics ------------------------------------------------------------------------------
+
+namespace {
+
+PathStats path_stats(const stats::Snapshot& s, int op, stats::Path path) {
+  const stats::PathTotals& t = s.paths[op][static_cast<int>(path)];
+  return {t.bytes, t.ops};
+}
+
+OpStats op_stats(const stats::Snapshot& s, stats::Op which) {
+  const int op = static_cast<int>(which);
+  OpStats out;
+  out.calls_ok = s.ops[op].calls.ok;
+  out.calls_failed = s.ops[op].calls.err;
+  out.bytes = s.ops[op].bytes;
+  out.staged_direct = path_stats(s, op, stats::Path::staged_direct);
+  out.page_cache = path_stats(s, op, stats::Path::page_cache);
+  out.host_direct = path_stats(s, op, stats::Path::host_direct);
+  out.small_io = path_stats(s, op, stats::Path::small_io);
+  out.caller_bytes = s.caller_bytes[op];
+  out.worker_bytes = s.worker_bytes[op];
+  return out;
+}
+
+}  // namespace
+
+Stats statistics() {
+  const stats::Snapshot s = stats::snapshot();
+  Stats out;
+  out.level = s.level;
+  out.read = op_stats(s, stats::Op::read);
+  out.write = op_stats(s, stats::Op::write);
+  out.pinned_staging_bytes = cuda::live_pinned_bytes();
+  return out;
+}
+
+void reset_statistics() { stats::reset(); }
+
+}  // namespace gpufile
