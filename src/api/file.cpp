@@ -133,18 +133,21 @@ Error File::start(sys::IoKind kind, const void* buf, uint64_t size, int64_t file
   std::unique_ptr<Future> f(new Future());
   f->state_ = std::make_shared<Future::State>();
   // The callback owns the Io from here: it records the result, then destroys the Io (giving
-  // back the file's and the session's in-flight counts) before it wakes the waiters.
+  // back the file's and the session's in-flight counts) before it wakes the waiters. The
+  // Future is done before the counts drop: a close() that waited for them returns with every
+  // Future of the file done (Python's test_close_waits_for_futures_it_did_not_see saw one not
+  // yet done under load).
   Io* raw = io.release();
   raw->job.on_complete = [state = f->state_, raw, t0](exec::Job& job) {
     IoResult r = job.result();
     Runtime::account(*raw, r);
     Runtime::count_call(job.kind, r, t0);
-    delete raw;
     {
       std::lock_guard lock(state->mu);
       state->result = r;
       state->done = true;
     }
+    delete raw;
     state->cv.notify_all();
   };
   Runtime::instance().submit(*raw);
