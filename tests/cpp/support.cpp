@@ -11,36 +11,14 @@
 #include <sstream>
 #include <stdexcept>
 
+#include "default_config.hpp"
+
 namespace cpp_test {
 
 namespace {
 
-// The tests expect cuFile's built-in defaults: a machine's /etc/cufile.json must not change
-// them, so an empty one is used unless the caller chose a file.
-class DefaultConfig : public ::testing::Environment {
- public:
-  void SetUp() override {
-    const char* chosen = std::getenv("CUFILE_ENV_PATH_JSON");
-    if (chosen != nullptr && *chosen != '\0') return;
-    char path[] = "/tmp/gpufile-cpp-config-XXXXXX";
-    const int fd = mkstemp(path);
-    if (fd < 0) return;
-    const bool written = ::write(fd, "{}\n", 3) == 3;
-    ::close(fd);
-    if (!written) return;
-    path_ = path;
-    setenv("CUFILE_ENV_PATH_JSON", path, 1);
-  }
-  void TearDown() override {
-    if (!path_.empty()) ::unlink(path_.c_str());
-  }
-
- private:
-  std::string path_;
-};
-
 [[maybe_unused]] auto* const kDefaultConfig =
-    ::testing::AddGlobalTestEnvironment(new DefaultConfig);
+    ::testing::AddGlobalTestEnvironment(new test_support::DefaultConfig("cpp"));
 
 void check(cudaError_t e, const char* what) {
   if (e != cudaSuccess) throw std::runtime_error(std::string(what) + ": " + cudaGetErrorString(e));

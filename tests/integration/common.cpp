@@ -11,6 +11,7 @@
 #include <filesystem>
 #include <functional>
 
+#include "default_config.hpp"
 #include "exec/runtime.hpp"
 
 namespace capi_test {
@@ -18,34 +19,8 @@ namespace capi_test {
 // ---- the process ----------------------------------------------------------------------------
 
 namespace {
-// The tests compare against cuFile's built-in defaults (properties, io_batchsize 128, ...): a
-// machine's /etc/cufile.json must not change them. An empty JSON object is used instead unless
-// the caller chose a file with CUFILE_ENV_PATH_JSON.
-class DefaultConfigEnvironment : public ::testing::Environment {
- public:
-  void SetUp() override {
-    const char* cur = std::getenv("CUFILE_ENV_PATH_JSON");
-    if (cur != nullptr && *cur != '\0') return;
-    char path[] = "/tmp/gpufile-capi-config-XXXXXX";
-    int fd = mkstemp(path);
-    if (fd < 0) return;
-    if (::write(fd, "{}\n", 3) != 3) {
-      ::close(fd);
-      return;
-    }
-    ::close(fd);
-    path_ = path;
-    setenv("CUFILE_ENV_PATH_JSON", path, 1);
-  }
-  void TearDown() override {
-    if (!path_.empty()) ::unlink(path_.c_str());
-  }
-
- private:
-  std::string path_;
-};
-
-[[maybe_unused]] auto* const kDefaultConfig = ::testing::AddGlobalTestEnvironment(new DefaultConfigEnvironment);
+[[maybe_unused]] auto* const kDefaultConfig =
+    ::testing::AddGlobalTestEnvironment(new test_support::DefaultConfig("capi"));
 }  // namespace
 
 // ---- the CUDA driver ------------------------------------------------------------------------
