@@ -23,6 +23,15 @@
 //                               the same with pwrite, one pass over FILE in place, O_DIRECT
 //                               where the file system takes it (tmpfs does not): the write
 //                               ceiling of `gpufile bench -I 1` callers of that IO size
+//   staged FILE THREADS IO_KIB [PIECES]
+//                               THREADS synchronous callers as `pread`'s mode takes pieces, each
+//                               read through a pinned buffer of its own into the GPU: PIECES (1)
+//                               parts per call, part i+1 read while part i is copied, the call
+//                               done when its copies are (a stream sync). What any loop that
+//                               stages page-cache bytes through pinned memory reaches for this
+//                               shape: on the H200 machine the DMA reads bytes the CPU has just
+//                               written far slower than old ones, so this sits well below
+//                               min(H2D, pread) at 1-4 MiB (docs/performance.md, session 9)
 // Baselines (what hand-written loaders do):
 //   naive FILE                  pread 16 MiB pieces into one pinned buffer, cuMemcpyHtoD each
 //   pageable FILE               the same with a malloc'd buffer
@@ -226,6 +235,48 @@ int piece_ceiling(const char* path, uint64_t size, int threads, uint64_t io, Hos
   return 0;
 }
 
+// Synchronous callers staging through pinned memory, as the `staged` mode's header says. Each
+// thread: its own stream, buffer and device slot; the pieces come from one shared cursor.
+int staged_ceiling(const char* path, uint64_t size, int threads, uint64_t io, int parts) {
+  int fd = open(path, O_RDONLY);
+  if (fd < 0 || io == 0 || io > size || parts < 1 || io % parts != 0) return fail("open / IO size");
+  const uint64_t part = io / parts, per_pass = size / io, total = 3 * per_pass;
+  std::vector<void*> bufs(threads);
+  std::vector<cuda::CUdeviceptr> slots(threads);
+  std::vector<cuda::CUstream> streams(threads);
+  for (int i = 0; i < threads; ++i)
+    if ((bufs[i] = host_buffer(io, HostMemory::pinned)) == nullptr || d->MemAlloc(&slots[i], io) ||
+        d->StreamCreate(&streams[i], 1 /* non-blocking */))
+      return fail("alloc");
+  std::atomic<uint64_t> next{0};
+  std::atomic<bool> ok{true};
+  cuda::CUcontext ctx = nullptr;
+  d->CtxGetCurrent(&ctx);
+  Timer t;
+  std::vector<std::thread> pool;
+  for (int i = 0; i < threads; ++i)
+    pool.emplace_back([&, i] {
+      d->CtxSetCurrent(ctx);
+      char* buf = static_cast<char*>(bufs[i]);
+      for (uint64_t k; (k = next.fetch_add(1)) < total;) {
+        const off_t off = static_cast<off_t>((k % per_pass) * io);
+        for (int p = 0; p < parts; ++p) {
+          if (pread(fd, buf + p * part, part, off + p * part) != static_cast<ssize_t>(part) ||
+              d->MemcpyHtoDAsync(slots[i] + p * part, buf + p * part, part, streams[i]))
+            ok = false;
+        }
+        if (d->StreamSynchronize(streams[i])) ok = false;
+      }
+    });
+  for (auto& th : pool) th.join();
+  if (!ok) return fail("pread / copy");
+  t.report("staged", total * io,
+           "(" + std::to_string(threads) + " threads, " + std::to_string(io >> 10) + " KiB, " +
+               std::to_string(parts) + " parts)");
+  close(fd);
+  return 0;
+}
+
 // DALI's reader: one registered device pool, synchronous 2 MiB reads into slots inside it.
 int dali(const char* path, uint64_t size, int threads, int seconds) {
   constexpr uint64_t kPool = 256ull << 20, kRead = 2ull << 20;
@@ -371,6 +422,10 @@ int main(int argc, char** argv) {
     const bool pinned = argc > 5 && std::string(argv[5]) == "pinned";
     return piece_ceiling(argv[2], size, threads, io,
                          pinned ? HostMemory::pinned : HostMemory::pageable, mode == "pwrite");
+  }
+  if (mode == "staged") {
+    const uint64_t io = argc > 4 ? std::strtoull(argv[4], nullptr, 0) << 10 : kPiece;
+    return staged_ceiling(argv[2], size, threads, io, argc > 5 ? std::atoi(argv[5]) : 1);
   }
   if (mode == "dali")
     return dali(argv[2], size, argc > 3 ? threads : 8, argc > 4 ? std::atoi(argv[4]) : 2);

@@ -70,10 +70,17 @@ int check(int argc, char** argv) {
       std::printf("BAR1        GPU %d: %zu MiB%s\n", gpu, kb / 1024, kb ? "" : " (neither NVML nor sysfs says)");
     }
   }
-  std::printf("large reads %s\n            why: %s\n",
-              r.read.direct ? "staged direct: O_DIRECT into pinned slabs, async copy to the GPU"
-                            : "page cache: buffered reads into pinned slabs, async copy to the GPU",
-              route::describe(r.read.why));
+  const char* path_taken =
+      r.read.direct ? "staged direct: O_DIRECT into pinned slabs, async copy to the GPU"
+      : r.copies_from_cache
+          ? "page cache DMA: the copy engine reads the cached pages, registered in 64 MiB windows"
+          : "page cache: buffered reads into pinned slabs, async copy to the GPU";
+  std::printf("large reads %s\n            why: %s\n", path_taken, route::describe(r.read.why));
+  if (r.cache_dma_budget == 0)
+    std::printf("page-cache DMA off (gpufile.pagecache_dma_mb is 0, no GPU, or no inotify)\n");
+  else
+    std::printf("page-cache DMA up to %llu MiB registered at once\n",
+                static_cast<unsigned long long>(r.cache_dma_budget >> 20));
   cuFileHandleDeregister(h);
   ::close(fd);
   return 0;

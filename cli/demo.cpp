@@ -9,6 +9,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <iterator>
 #include <string>
 #include <vector>
 
@@ -124,7 +125,9 @@ uint64_t verify_file(const std::string& path, uint64_t size) {
 }
 
 void print_paths(stats::Op op) {
-  static const char* names[] = {"staged direct", "page cache", "host direct", "small IO"};
+  static const char* names[] = {"staged direct", "page cache", "host direct", "small IO",
+                                "page cache DMA"};
+  static_assert(std::size(names) == stats::kPaths);
   stats::Snapshot s = stats::snapshot();
   for (int p = 0; p < stats::kPaths; ++p) {
     const auto& t = s.paths[static_cast<int>(op)][p];

@@ -23,6 +23,7 @@ struct OpStats {
   PathStats page_cache;     // through the page cache
   PathStats host_direct;    // O_DIRECT straight into host memory
   PathStats small_io;       // one step on the calling thread
+  PathStats page_cache_dma; // copied to the GPU straight out of registered page-cache pages
   std::uint64_t caller_bytes = 0;  // moved by the calling threads themselves
   std::uint64_t worker_bytes = 0;  // moved by gpufile's IO workers
 };

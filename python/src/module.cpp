@@ -7,6 +7,7 @@
 #include <nanobind/stl/optional.h>
 
 #include <cstring>
+#include <iterator>
 #include <memory>
 #include <string>
 
@@ -352,7 +353,9 @@ void set_setting(const std::string& key, nb::handle value) {
 
 nb::dict stats_dict() {
   stats::Snapshot s = stats::snapshot();
-  static const char* const kPathNames[] = {"staged_direct", "page_cache", "host_direct", "small_io"};
+  static const char* const kPathNames[] = {"staged_direct", "page_cache", "host_direct", "small_io",
+                                           "page_cache_dma"};
+  static_assert(std::size(kPathNames) == stats::kPaths);
   nb::dict out;
   for (int op = 0; op < stats::kOps; ++op) {
     nb::dict d, paths;

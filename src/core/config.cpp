@@ -90,6 +90,8 @@ constexpr SizeKey kSizeKeys[] = {
      GPUFILE_FIELD(min_chunk_kb), std::nullopt},
     {"gpufile.caller_slabs", "GPUFILE_CALLER_SLABS", kNoParam, 0, 4096, 1,
      GPUFILE_FIELD(caller_slabs), std::nullopt},
+    {"gpufile.pagecache_dma_mb", "GPUFILE_PAGECACHE_DMA_MB", kNoParam, 0, 1ull << 30, 1,
+     GPUFILE_FIELD(pagecache_dma_mb), std::nullopt},
 };
 #undef GPUFILE_FIELD
 

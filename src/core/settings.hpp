@@ -74,6 +74,7 @@ struct Settings {
   size_t small_io_threshold_kb = 64;  // GPUFILE_SMALL_IO_KB: at or below, IO runs inline
   size_t min_chunk_kb = 256;       // GPUFILE_MIN_CHUNK_KB: smallest piece a request is split into
   size_t caller_slabs = 0;         // GPUFILE_CALLER_SLABS: callers' staging slabs; 0 = 2 per core, 8 or more
+  size_t pagecache_dma_mb = 8192;  // GPUFILE_PAGECACHE_DMA_MB: page cache registered for DMA at most; 0 = off
 };
 
 }  // namespace gpufile

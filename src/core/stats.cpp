@@ -325,7 +325,8 @@ BatchRates batch_rates(const BatchTotals& b) {
 uint64_t posix_ops(const Snapshot& s, Op op) {
   const int i = static_cast<int>(op);
   return s.paths[i][static_cast<int>(Path::staged_direct)].ops +
-         s.paths[i][static_cast<int>(Path::page_cache)].ops;
+         s.paths[i][static_cast<int>(Path::page_cache)].ops +
+         s.paths[i][static_cast<int>(Path::page_cache_dma)].ops;
 }
 
 }  // namespace gpufile::stats

@@ -91,6 +91,7 @@ OpStats op_stats(const stats::Snapshot& s, stats::Op which) {
   out.page_cache = path_stats(s, op, stats::Path::page_cache);
   out.host_direct = path_stats(s, op, stats::Path::host_direct);
   out.small_io = path_stats(s, op, stats::Path::small_io);
+  out.page_cache_dma = path_stats(s, op, stats::Path::page_cache_dma);
   out.caller_bytes = s.caller_bytes[op];
   out.worker_bytes = s.worker_bytes[op];
   return out;

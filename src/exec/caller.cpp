@@ -5,6 +5,7 @@
 #include <utility>
 
 #include "cuda/memory.hpp"
+#include "exec/cache_windows.hpp"
 
 namespace gpufile::exec {
 
@@ -116,6 +117,7 @@ struct Turn {
   uint64_t got = 0;                  // bytes a read moved (short at end of file)
   cuda::CUstream stream = nullptr;   // where its copy runs; null: it ran synchronously
   bool busy = false;                 // a copy started, the piece not yet reported
+  WindowLease window;                // held: the copy reads a page-cache window, not the buffer
 };
 
 class CallerRun {
@@ -159,6 +161,7 @@ class CallerRun {
   // Reads: kernel IO into the buffer, then its copy to the GPU starts. Writes: the copy out of
   // the GPU starts.
   void start(Turn& t) {
+    if (job_.windows != nullptr && start_from_window(t)) return;
     t.plan = plan_chunk(job_, t.c.off, t.c.len, t.buf->mem);
     t.host = t.buf->mem + (t.c.off - t.plan.base);
     Error err;
@@ -173,10 +176,34 @@ class CallerRun {
     t.busy = true;
   }
 
+  // A read of cached bytes: the copy engine takes them straight out of the file's page-cache
+  // window (exec/cache_windows.hpp), with no kernel read. False when no window serves the piece
+  // now: it is staged as usual.
+  bool start_from_window(Turn& t) {
+    const uint64_t want = t.c.off < job_.file_size ? std::min(t.c.len, job_.file_size - t.c.off) : 0;
+    if (want == 0) return false;
+    const char* bytes = job_.windows->acquire(job_.file.fd_buffered, t.c.off, want,
+                                              job_.file_size, job_.mem.context, &t.window);
+    if (bytes == nullptr) return false;
+    t.host = const_cast<char*>(bytes);  // only read: a host-to-device copy's source
+    t.got = want;
+    if (Error err = start_copy(t, want)) {
+      job_.windows->release(&t.window);
+      report(t.c, 0, err);
+      return true;
+    }
+    t.busy = true;
+    return true;
+  }
+
   // Waits for the turn's copy; a write then goes to the kernel.
   void finish(Turn& t) {
     t.busy = false;
     Error err = wait_copy(t);
+    if (t.window.held()) {  // the copy is done with the window
+      job_.windows->release(&t.window);
+      if (err.ok()) job_.window_bytes.fetch_add(t.got, std::memory_order_relaxed);
+    }
     if (err.ok() && !reading()) err = kernel_io(t.plan, t.c, &t.got);
     report(t.c, err ? 0 : t.got, err);
   }

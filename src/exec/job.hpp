@@ -15,6 +15,7 @@
 namespace gpufile::exec {
 
 class Executor;
+class FileWindows;
 class Job;
 
 // The file as the data path sees it.
@@ -60,6 +61,11 @@ class Job {
   // Set when the read was routed to the page cache on the file's guess: the caller's thread
   // reads with RWF_NOWAIT first and corrects the guess (workers read as usual).
   CacheGuess* guess = nullptr;
+  // Set for a read of cached bytes into GPU memory when the file has page-cache windows: the
+  // caller's thread copies pieces straight out of them (exec/cache_windows.hpp). The bytes that
+  // went that way are counted in window_bytes.
+  FileWindows* windows = nullptr;
+  std::atomic<uint64_t> window_bytes{0};
   // Work the caller queued on the legacy default stream before the call, which the workers'
   // copies wait for (Runtime::run records it), or null.
   cuda::CUevent after = nullptr;

@@ -128,6 +128,8 @@ Error Runtime::register_file(int fd, void** handle) {
   for (auto& [token, other] : s->files)
     if (other->user_fd == fd) return Error::of(Errc::handle_already_registered);
   if (Error e = fill_file_ref(*s, *h, s->settings.direct_io)) return e;
+  if (s->pagecache_dma && h->access != O_WRONLY)
+    h->windows = s->pagecache_dma->windows_for(h->ref.fd_buffered, h->dev, h->ino);
   uintptr_t token = s->next_token;
   s->next_token += 0x10;
   s->files.emplace(token, std::move(h));
@@ -142,6 +144,7 @@ Error Runtime::deregister_file(void* handle) {
   if (!h) return Error::of(Errc::handle_not_registered);
   // The caller may close the fd as soon as we return: no IO may still be using it.
   wait_for_zero(h->inflight);
+  h->windows.reset();  // here, on the caller's thread: the last handle's unregisters the windows
   return Error::none();
 }
 
@@ -165,6 +168,8 @@ Error Runtime::explain_file(void* handle, FileReport* out) {
   out->cachestat_ok = f.residency.has_value();
   if (f.residency) out->resident = *f.residency;
   out->read = route::choose_storage(f);
+  out->copies_from_cache = route::copies_from_cache(f, out->read, /*staged=*/true);
+  out->cache_dma_budget = s->pagecache_dma ? s->pagecache_dma->budget() : 0;
   return Error::none();
 }
 

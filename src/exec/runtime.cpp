@@ -269,7 +269,9 @@ stats::Path path_of(const exec::Job& j, bool one_piece_on_caller) {
 void record(const Io& io, const IoResult& r, bool one_piece_on_caller, uint64_t caller_bytes) {
   if (!r.ok() || r.bytes == 0) return;
   auto op = io.job.kind == sys::IoKind::read ? stats::Op::read : stats::Op::write;
-  stats::record_path(op, path_of(io.job, one_piece_on_caller), r.bytes);
+  const uint64_t dma = std::min(r.bytes, io.job.window_bytes.load(std::memory_order_relaxed));
+  if (dma > 0) stats::record_path(op, stats::Path::page_cache_dma, dma);
+  if (r.bytes > dma) stats::record_path(op, path_of(io.job, one_piece_on_caller), r.bytes - dma);
   stats::record_runners(op, caller_bytes, r.bytes - std::min(caller_bytes, r.bytes));
 }
 
@@ -341,6 +343,10 @@ class CallerCount {
   int now_;
 };
 
+// Reads of up to this many slabs copy out of page-cache windows on the caller's thread even
+// when the windows are still to be made.
+constexpr uint64_t kShortForWindows = 4;
+
 route::LoadFacts load_facts(const Session& s, const exec::Job& job, unsigned callers) {
   const exec::ExecutorConfig& c = s.exec->config();
   route::LoadFacts f;
@@ -355,6 +361,11 @@ route::LoadFacts load_facts(const Session& s, const exec::Job& job, unsigned cal
   f.cores = c.cores;
   f.min_chunk = c.min_chunk_bytes;
   f.slab = c.slab_bytes;
+  // A short read copies out of the windows it finds (and makes them); a long one only once they
+  // are all there: making them one after another on one thread is slower than staging.
+  f.from_page_cache = job.windows != nullptr &&
+                      (job.len <= kShortForWindows * c.slab_bytes ||
+                       job.windows->ready(job.file_off, job.len));
   return f;
 }
 
@@ -368,6 +379,8 @@ void Runtime::route_storage(Io& io) {
   const route::StorageChoice c = route::choose_storage(facts);
   job.direct = c.direct;
   job.guess = c.guessed ? &f.guess : nullptr;
+  job.windows = route::copies_from_cache(facts, c, job.staged()) ? f.windows.get() : nullptr;
+  if (job.windows != nullptr) job.windows->take_changes();
 }
 
 void Runtime::account(const Io& io, const IoResult& r) { record(io, r, false, 0); }

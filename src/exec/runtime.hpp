@@ -82,6 +82,10 @@ class Runtime {
     sys::Residency resident;      // page cache residency of the whole file
     bool cachestat_ok = false;
     route::StorageChoice read;    // what a read of the whole file would do, and why
+    // Page-cache DMA (exec/cache_windows.hpp): whether such a read into GPU memory copies out of
+    // registered windows of this file, and the session's budget for them (0: the path is off).
+    bool copies_from_cache = false;
+    uint64_t cache_dma_budget = 0;
   };
   Error explain_file(void* handle, FileReport* out);
 

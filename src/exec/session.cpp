@@ -38,6 +38,8 @@ route::StorageFacts storage_facts(const Settings& s, const FileHandle& h, sys::I
   f.force_odirect = s.force_odirect_mode;
   f.looks_cached = h.guess.looks_cached.load(std::memory_order_relaxed);
   f.nowait_refused = h.guess.nowait_refused.load(std::memory_order_relaxed);
+  f.cache_windows = h.windows != nullptr;
+  f.windows_live = h.windows != nullptr && h.windows->live();
   return f;
 }
 
@@ -104,6 +106,14 @@ void init_caller_staging(Session& s, const exec::ExecutorConfig& c) {
   s.slabs.init(c.slab_bytes, slabs, 2);
 }
 
+// Pinned page cache cannot be reclaimed while registered: at most the setting, and at most an
+// eighth of the machine's memory.
+uint64_t pagecache_dma_budget(const Settings& s) {
+  const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+  const uint64_t eighth = pages > 0 && page > 0 ? static_cast<uint64_t>(pages) * page / 8 : 0;
+  return std::min<uint64_t>(uint64_t{s.pagecache_dma_mb} << 20, eighth);
+}
+
 }  // namespace
 
 Error start_session(Session& s) {
@@ -119,6 +129,8 @@ Error start_session(Session& s) {
   if (!s.exec->engine_note().empty() && s.settings.engine == EnginePolicy::automatic)
     GPUFILE_LOG(LogLevel::error, "%s", s.exec->engine_note().c_str());
   if (s.gpu) init_caller_staging(s, c);
+  if (s.gpu && s.settings.pagecache_dma_mb > 0)
+    s.pagecache_dma = std::make_shared<exec::PageCacheDma>(pagecache_dma_budget(s.settings));
   return Error::none();
 }
 

@@ -14,6 +14,7 @@
 
 #include "core/settings.hpp"
 #include "cuda/memory.hpp"
+#include "exec/cache_windows.hpp"
 #include "exec/caller.hpp"
 #include "exec/executor.hpp"
 #include "exec/job.hpp"
@@ -32,6 +33,9 @@ struct FileHandle {
   int own_direct = -1;
   exec::FileRef ref;
   exec::CacheGuess guess;
+  // Its page-cache windows (exec/cache_windows.hpp), shared with the inode's other handles;
+  // null when its reads never take that path.
+  std::shared_ptr<exec::FileWindows> windows;
   std::atomic<int> inflight{0};
 
   ~FileHandle();
@@ -51,6 +55,7 @@ struct Session {
   std::unique_ptr<exec::Executor> exec;
   exec::StagingPool small;  // callers' staging for small IO (up to small_io_kb)
   exec::StagingPool slabs;  // callers' staging for the pieces of larger IO (one slab each)
+  std::shared_ptr<exec::PageCacheDma> pagecache_dma;  // null: that path is off
   bool gpu = false;
   std::atomic<int> inflight{0};
   std::atomic<int> sync_calls{0};  // synchronous calls in Runtime::run right now

@@ -21,6 +21,9 @@ const char* describe(Reason why) {
     case Reason::not_cached: return "the range is not in the page cache: O_DIRECT";
     case Reason::follows_open:
       return "residency unknown (no cachestat): O_DIRECT only if the file was opened so";
+    case Reason::pages_registered:
+      return "pages of the file are registered for page-cache DMA: the write goes through the "
+             "page cache, into them";
     case Reason::asynchronous: return "asynchronous IO: the workers run it";
     case Reason::caller_thread_off: return "gpufile.small_io_kb is 0: the workers run it";
     case Reason::small_io: return "small IO: one kernel IO and one copy on the calling thread";
@@ -28,6 +31,8 @@ const char* describe(Reason why) {
     case Reason::callers_busy:
       return "enough calls run at once to keep every worker busy: the workers run whole pieces";
     case Reason::workers_busy: return "no idle worker: the calling thread runs its own pieces";
+    case Reason::from_page_cache:
+      return "copies straight out of registered page cache: the calling thread issues them all";
     case Reason::shared: return "the calling thread and idle workers share the pieces";
     case Reason::no_staging: return "no caller staging buffer free: the workers run it";
     case Reason::count: break;
@@ -51,6 +56,10 @@ namespace {
 // The rules that need no residency: a choice, or nullopt when the page cache must be asked.
 std::optional<StorageChoice> choose_without_residency(const StorageFacts& f) {
   if (!f.direct_capable) return StorageChoice{false, false, f.memory_backed ? Reason::in_memory : Reason::no_direct};
+  // Registered pages stay in the page cache whatever writes the disk: an O_DIRECT write could
+  // not drop them and would leave them stale. A write through the cache lands in them.
+  if (f.kind == sys::IoKind::write && f.windows_live)
+    return StorageChoice{false, false, Reason::pages_registered};
   switch (f.policy) {
     case DirectIoPolicy::never: return StorageChoice{false, false, Reason::policy_never};
     case DirectIoPolicy::always: return StorageChoice{true, false, Reason::policy_always};
@@ -69,6 +78,11 @@ std::optional<StorageChoice> choose_without_residency(const StorageFacts& f) {
 }  // namespace
 
 bool wants_residency(const StorageFacts& f) { return !choose_without_residency(f).has_value(); }
+
+bool copies_from_cache(const StorageFacts& f, const StorageChoice& c, bool staged) {
+  if (f.kind != sys::IoKind::read || !staged || !f.cache_windows || c.direct) return false;
+  return f.memory_backed || c.guessed || c.why == Reason::cached;
+}
 
 StorageChoice choose_storage(const StorageFacts& f) {
   if (auto c = choose_without_residency(f)) return *c;
@@ -119,6 +133,11 @@ ThreadPlan plan_threads(const LoadFacts& f) {
     const uint64_t whole = align_up(f.grid_offset + f.len, uint64_t{4096});
     return plan(Runner::caller, whole, f, 0, Reason::small_io);
   }
+  // Copies out of registered page cache cost the CPU only their issue: the caller makes them
+  // all, a slab at a time with two in flight, and the workers keep to IO that needs a thread.
+  if (f.staged && f.from_page_cache)
+    return plan(Runner::caller, piece_step(f.len, 1, f.min_chunk, f.slab), f, 0,
+                Reason::from_page_cache);
   // Many callers: enough calls at once to keep every worker busy with whole pieces (none cut
   // finer than a slab). The workers then move them, overlapping each piece's copy to the GPU
   // with the next piece's read, while fewer threads copy out of the page cache at once (memory

@@ -31,6 +31,7 @@ enum class Reason : int {
   cached,             // cachestat: the range is (mostly) in the page cache
   not_cached,         // cachestat: the range is (mostly) not in the page cache
   follows_open,       // no cachestat: follow the way the caller opened the file
+  pages_registered,   // a write while pages of the file are registered for page-cache DMA
   // threads
   asynchronous,       // batch, stream and future IO: the caller does not wait
   caller_thread_off,  // gpufile.small_io_kb = 0
@@ -38,6 +39,7 @@ enum class Reason : int {
   one_piece,          // the request is one piece anyway
   callers_busy,       // enough calls run at once to keep every worker busy with whole pieces
   workers_busy,       // no idle worker to share with: the caller runs its own pieces
+  from_page_cache,    // copies straight out of registered page cache: the caller issues them all
   shared,             // the caller and idle workers share the pieces
   no_staging,         // every caller staging buffer is in use: the workers run it
   count
@@ -60,6 +62,8 @@ struct StorageFacts {
   bool force_odirect = false;
   bool looks_cached = false;   // the file's last cachestat found a read's range all cached
   bool nowait_refused = false; // the file system refused RWF_NOWAIT once
+  bool cache_windows = false;  // reads of the file may copy out of page-cache windows
+  bool windows_live = false;   // pages of the file are registered for that right now
   // Residency of the range, where the caller asked (wants_residency) and the kernel answered.
   std::optional<sys::Residency> residency;
 };
@@ -74,6 +78,12 @@ struct StorageChoice {
 // Whether choose_storage needs the range's residency (one cachestat call) for these facts.
 bool wants_residency(const StorageFacts& f);
 StorageChoice choose_storage(const StorageFacts& f);
+
+// Whether a read copies its cached bytes into the GPU straight out of the file's page-cache
+// windows (exec/cache_windows.hpp; the caller's thread tries, piece by piece, and stages what no
+// window serves): GPU memory, the page cache chosen, and the bytes known to be there (a file in
+// memory, found cached, or guessed so).
+bool copies_from_cache(const StorageFacts& f, const StorageChoice& c, bool staged);
 
 // ---- threads -------------------------------------------------------------------------------------
 
@@ -96,6 +106,9 @@ struct LoadFacts {
   unsigned cores = 1;
   uint64_t min_chunk = 256 << 10;
   uint64_t slab = 4 << 20;      // the largest piece: one staging slab
+  // The bytes are copied into the GPU straight out of registered page-cache windows
+  // (copies_from_cache, with windows ready or the read short): no kernel read, no CPU copy.
+  bool from_page_cache = false;
 };
 
 struct ThreadPlan {

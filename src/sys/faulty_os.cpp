@@ -17,7 +17,8 @@ constexpr size_t kJournalMax = 200;  // lines kept; a persistent rule can fire t
 const char* op_name(FaultOp op) {
   static const char* names[] = {"open",       "pread",       "pwrite",    "fstat",
                                 "uring_init", "uring_read",  "uring_write", "cachestat",
-                                "dio_align",  "any_read",    "any_write", "pread_cached"};
+                                "dio_align",  "any_read",    "any_write", "pread_cached",
+                                "map_file"};
   return names[static_cast<int>(op)];
 }
 
@@ -210,6 +211,11 @@ int FaultyOs::dio_align(int fd, DioAlign* out) {
 int FaultyOs::cachestat(int fd, uint64_t off, uint64_t len, Residency* out) {
   Verdict v = decide(FaultOp::cachestat, fd, nullptr, 0, off, len);
   return v.err ? -v.err : Os::cachestat(fd, off, len, out);
+}
+
+int FaultyOs::map_file(int fd, uint64_t off, size_t len, void** out) {
+  Verdict v = decide(FaultOp::map_file, fd, nullptr, 0, off, len);
+  return v.err ? -v.err : Os::map_file(fd, off, len, out);
 }
 
 // A failing set-up never creates the ring: there is nothing to tear down.

@@ -43,6 +43,7 @@ enum class FaultOp : int {
   any_read,     // pread or uring_read: every kernel read, whichever engine issued it
   any_write,    // pwrite or uring_write
   pread_cached, // Os::pread_cached alone; `pread` and `any_read` rules cover it too
+  map_file,
 };
 
 enum class FaultAction : int {
@@ -95,6 +96,7 @@ class FaultyOs : public Os {
   int fstat(int fd, struct stat* st) override;
   int dio_align(int fd, DioAlign* out) override;
   int cachestat(int fd, uint64_t off, uint64_t len, Residency* out) override;
+  int map_file(int fd, uint64_t off, size_t len, void** out) override;
   int uring_init(unsigned entries, io_uring* ring, unsigned flags) override;
   int uring_result(IoKind kind, int fd, size_t requested, int res) override;
 

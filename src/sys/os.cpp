@@ -2,12 +2,15 @@
 
 #include <fcntl.h>
 #include <liburing.h>
+#include <sys/inotify.h>
+#include <sys/mman.h>
 #include <sys/syscall.h>
 #include <sys/uio.h>
 #include <unistd.h>
 
 #include <atomic>
 #include <cerrno>
+#include <cstdio>
 
 namespace gpufile::sys {
 namespace {
@@ -67,6 +70,40 @@ int Os::dio_align(int fd, DioAlign* out) {
   (void)fd, (void)out;
   return -EOPNOTSUPP;  // headers too old to ask
 #endif
+}
+
+int Os::map_file(int fd, uint64_t off, size_t len, void** out) {
+  void* p = ::mmap(nullptr, len, PROT_READ, MAP_SHARED, fd, static_cast<off_t>(off));
+  if (p == MAP_FAILED) return -errno;
+  *out = p;
+  return 0;
+}
+
+int Os::unmap(void* addr, size_t len) { return neg_errno_or(::munmap(addr, len)); }
+
+int Os::changes_open() { return neg_errno_or(::inotify_init1(IN_NONBLOCK | IN_CLOEXEC)); }
+
+int Os::changes_watch(int queue, int fd) {
+  char path[64];
+  std::snprintf(path, sizeof path, "/proc/self/fd/%d", fd);
+  return neg_errno_or(::inotify_add_watch(queue, path, IN_MODIFY));
+}
+
+int Os::changes_unwatch(int queue, int id) { return neg_errno_or(::inotify_rm_watch(queue, id)); }
+
+int Os::changes_take(int queue, int* ids, int max) {
+  alignas(inotify_event) char buf[4096];
+  int n = 0;
+  while (n < max) {
+    const ssize_t got = restart_on_eintr([&] { return ::read(queue, buf, sizeof buf); });
+    if (got < 0) return errno == EAGAIN ? n : -errno;
+    for (ssize_t at = 0; at < got && n < max;) {
+      const auto* e = reinterpret_cast<const inotify_event*>(buf + at);
+      ids[n++] = (e->mask & IN_Q_OVERFLOW) ? -1 : e->wd;
+      at += static_cast<ssize_t>(sizeof(inotify_event) + e->len);
+    }
+  }
+  return n;
 }
 
 int Os::cachestat(int fd, uint64_t off, uint64_t len, Residency* out) {

@@ -47,6 +47,18 @@ class Os {
   // 0 and fills `out` when the kernel reports DIO alignment; -EOPNOTSUPP when it can't say.
   virtual int dio_align(int fd, DioAlign* out);
   virtual int cachestat(int fd, uint64_t off, uint64_t len, Residency* out);
+  // A read-only shared mapping of [off, off+len) of the file (off page aligned): 0 and the
+  // address in `*out`, or -errno. unmap undoes it.
+  virtual int map_file(int fd, uint64_t off, size_t len, void** out);
+  virtual int unmap(void* addr, size_t len);
+  // Change notices (inotify): a queue that never blocks; a watch on the file open as `fd` for
+  // changes of its bytes (writes, truncation, hole punching), returning the watch's id; and
+  // the ids of the files changed since the last call, at most `max` of them (-1 stands for
+  // "the queue overflowed: anything may have changed"): how many, 0 if none, or -errno.
+  virtual int changes_open();
+  virtual int changes_watch(int queue, int fd);
+  virtual int changes_take(int queue, int* ids, int max);
+  virtual int changes_unwatch(int queue, int id);
 
   // io_uring set-up; the ring itself is driven through liburing by src/io/uring_engine.cpp.
   virtual int uring_init(unsigned entries, io_uring* ring, unsigned flags);

@@ -24,7 +24,16 @@ class Concurrency : public CapiTest {
   }
   void TearDown() override {
     session_.reset();
+    unsetenv("GPUFILE_PAGECACHE_DMA_MB");
     CapiTest::TearDown();
+  }
+  // A session whose cached reads are staged (page-cache DMA off): for the tests of who stages
+  // what, since the fixture's file is cached.
+  void staging_only() {
+    session_.reset();
+    ASSERT_EQ(setenv("GPUFILE_PAGECACHE_DMA_MB", "0", 1), 0);
+    session_ = std::make_unique<DriverSession>();
+    ASSERT_TRUE(session_->ok()) << session_->error();
   }
 
   static constexpr uint64_t kFileSize = 64 * MiB;
@@ -451,6 +460,7 @@ void read_from_threads(const Handle& h, const std::vector<uint8_t>& shadow, int 
 // (a batch) is the workers' alone.
 TEST_F(Concurrency, SmallIoStaysOnTheCallerAndACallAloneSharesItsPieces) {
   CAPI_REQUIRE_DRIVER();
+  ASSERT_NO_FATAL_FAILURE(staging_only());
   Handle h(path_, O_RDONLY);
   ASSERT_TRUE(h.ok());
   Watchdog dog(std::chrono::seconds(120), "ACallAloneSharesItsPieces");
@@ -510,6 +520,7 @@ TEST_F(Concurrency, ManyCallersGiveGpuIoToTheWorkersAndRunHostIoThemselves) {
   CAPI_REQUIRE_DRIVER();
   const FakeControls fake = fake_controls();
   if (!fake.set_async_delay_us) GTEST_SKIP() << "needs the test double's copy delay";
+  ASSERT_NO_FATAL_FAILURE(staging_only());
   Handle h(path_, O_RDONLY);
   ASSERT_TRUE(h.ok());
   Watchdog dog(std::chrono::seconds(120), "ManyCallers");
@@ -586,6 +597,36 @@ TEST_F(Concurrency, CallersWithoutStagingLeaveTheirPiecesToTheWorkers) {
   EXPECT_EQ(moved.caller + moved.workers, 6 * 6 * 8 * MiB);
   EXPECT_GT(moved.caller, 0u);
   EXPECT_GT(moved.workers, 0u) << "callers without staging did not leave their pieces to the workers";
+}
+
+// Cached bytes copied straight out of registered page cache cost the CPU nothing but the
+// copies' issue: however many callers, each makes its own copies (the workers take none), and the
+// bytes are counted under that path. (Each caller still borrows a staging slab, whose stream
+// carries its copies and which stages a piece no window serves: 32 slabs for 16 callers here,
+// two per core on a 16-core machine.)
+TEST_F(Concurrency, ManyCallersCopyOutOfThePageCacheThemselves) {
+  CAPI_REQUIRE_DRIVER();
+  const FakeControls fake = fake_controls();
+  if (!fake.set_async_delay_us) GTEST_SKIP() << "needs the test double's copy delay";
+  session_.reset();
+  ASSERT_EQ(setenv("GPUFILE_CALLER_SLABS", "32", 1), 0);
+  AtExit unset([] { unsetenv("GPUFILE_CALLER_SLABS"); });
+  session_ = std::make_unique<DriverSession>();
+  ASSERT_TRUE(session_->ok()) << session_->error();
+  Handle h(path_, O_RDONLY);
+  ASSERT_TRUE(h.ok());
+  Watchdog dog(std::chrono::seconds(120), "ManyCallersOutOfThePageCache");
+  fake.set_async_delay_us(2000);
+  AtExit undo([&] { fake.set_async_delay_us(0); });
+  const uint64_t dma_before =
+      gpufile::stats::snapshot().paths[0][static_cast<int>(gpufile::stats::Path::page_cache_dma)].bytes;
+  const RunnerBytes before = read_runner_bytes();
+  read_from_threads(h, shadow_, 16, 12, 2 * MiB, Mem::device);
+  const RunnerBytes moved = moved_since(before);
+  EXPECT_EQ(moved.caller, 16u * 12 * 2 * MiB);
+  EXPECT_EQ(moved.workers, 0u);
+  EXPECT_GT(gpufile::stats::snapshot().paths[0][static_cast<int>(gpufile::stats::Path::page_cache_dma)].bytes,
+            dma_before);
 }
 
 }  // namespace

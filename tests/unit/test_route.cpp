@@ -87,6 +87,10 @@ LoadFacts host(LoadFacts f) {
   f.staged = false;
   return f;
 }
+LoadFacts from_page_cache(LoadFacts f) {
+  f.from_page_cache = true;
+  return f;
+}
 LoadFacts at(LoadFacts f, uint64_t grid_offset) {
   f.grid_offset = grid_offset;
   return f;
@@ -129,6 +133,17 @@ TEST(PlanThreads, WhoRunsWhat) {
        Reason::asynchronous},
       {"small_io_kb = 0 keeps IO off the caller", small_io_off(sixteen_cores(4 * KiB, 16)),
        Runner::workers, 1, 1, Reason::caller_thread_off},
+      {"copies out of the page cache: 1 MiB x 16 callers, each issues its own",
+       from_page_cache(sixteen_cores(1 * MiB, 16)), Runner::caller, 1, 0, Reason::from_page_cache},
+      {"copies out of the page cache: 64 MiB alone, slab pieces on the caller",
+       from_page_cache(sixteen_cores(64 * MiB, 1)), Runner::caller, 16, 0, Reason::from_page_cache},
+      {"small IO out of the page cache is small IO", from_page_cache(sixteen_cores(4 * KiB, 16)),
+       Runner::caller, 1, 0, Reason::small_io},
+      {"asynchronous IO goes to the workers, page cache or not",
+       async(from_page_cache(sixteen_cores(1 * MiB, 1))), Runner::workers, 4, 4,
+       Reason::asynchronous},
+      {"host memory needs no copy: its own rules", host(from_page_cache(sixteen_cores(4 * MiB, 16))),
+       Runner::caller, 1, 0, Reason::one_piece},
   };
   for (const ThreadRow& r : rows) {
     SCOPED_TRACE(r.what);
@@ -231,6 +246,16 @@ TEST(ChooseStorage, DirectOrPageCache) {
       {"writes never guess",
        with(ext4_read(4 * KiB), [](auto& f) { f.looks_cached = true; f.kind = sys::IoKind::write; }),
        false, true, false, Reason::writes_direct},
+      {"writes go through the page cache while pages are registered",
+       with(ext4_read(MiB), [](auto& f) { f.kind = sys::IoKind::write; f.windows_live = true; }),
+       false, false, false, Reason::pages_registered},
+      {"even with GPUFILE_DIRECT_IO=always",
+       with(ext4_read(MiB), [](auto& f) {
+         f.kind = sys::IoKind::write; f.windows_live = true; f.policy = DirectIoPolicy::always;
+       }),
+       false, false, false, Reason::pages_registered},
+      {"reads ignore registered pages", with(ext4_read(MiB), [&](auto& f) { f.windows_live = true; f.residency = cold; }),
+       true, true, false, Reason::not_cached},
   };
   for (const StorageRow& r : rows) {
     SCOPED_TRACE(r.what);
@@ -239,6 +264,42 @@ TEST(ChooseStorage, DirectOrPageCache) {
     EXPECT_EQ(c.direct, r.direct);
     EXPECT_EQ(c.guessed, r.guessed);
     EXPECT_EQ(c.why, r.why) << describe(c.why);
+  }
+}
+
+struct CacheRow {
+  const char* what;
+  StorageFacts facts;
+  bool staged;
+  bool copies;
+};
+
+// Which reads copy straight out of page-cache windows: GPU memory, the page cache chosen, the
+// bytes known to be there, and the file with windows.
+TEST(CopiesFromCache, CachedReadsIntoTheGpuOfFilesWithWindows) {
+  const sys::Residency cold{10, 100}, warm{100, 100};
+  auto windowed = [](StorageFacts f) { f.cache_windows = true; return f; };
+  const CacheRow rows[] = {
+      {"a cached range", with(windowed(ext4_read(MiB)), [&](auto& f) { f.residency = warm; }), true, true},
+      {"a guessed one", with(windowed(ext4_read(4 * KiB)), [](auto& f) { f.looks_cached = true; }),
+       true, true},
+      {"tmpfs", with(windowed(ext4_read(MiB)), [](auto& f) { f.direct_capable = false; f.memory_backed = true; }),
+       true, true},
+      {"a cold range goes O_DIRECT", with(windowed(ext4_read(MiB)), [&](auto& f) { f.residency = cold; }),
+       true, false},
+      {"no file system O_DIRECT and residency unknown: not known cached",
+       with(windowed(ext4_read(MiB)), [](auto& f) { f.direct_capable = false; }), true, false},
+      {"GPUFILE_DIRECT_IO=never does not say cached", with(windowed(ext4_read(MiB)),
+       [](auto& f) { f.policy = DirectIoPolicy::never; }), true, false},
+      {"host memory is read in place", with(windowed(ext4_read(MiB)), [&](auto& f) { f.residency = warm; }),
+       false, false},
+      {"a file without windows", with(ext4_read(MiB), [&](auto& f) { f.residency = warm; }), true, false},
+      {"writes", with(windowed(ext4_read(MiB)), [&](auto& f) { f.kind = sys::IoKind::write; f.residency = warm; }),
+       true, false},
+  };
+  for (const CacheRow& r : rows) {
+    SCOPED_TRACE(r.what);
+    EXPECT_EQ(copies_from_cache(r.facts, choose_storage(r.facts), r.staged), r.copies);
   }
 }
 

@@ -26,6 +26,7 @@
 #include "fakecuda.h"
 
 #include <sys/mman.h>
+#include <sys/uio.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -144,6 +145,13 @@ struct Range {
   uint64_t id = 0;
   bool freed = false;       // device and managed ranges stay in the table after free
   unsigned inflight = 0;    // queued operations currently copying from or to it
+  // A read-only registration (CU_MEMHOSTREGISTER_READ_ONLY): what the pages held when they were
+  // registered, which copies out of the range read. The real driver pins the physical pages: a
+  // file mapping's pages that the file system replaces (truncation, rewriting) are no longer
+  // the file's, and its DMA keeps reading the old ones. Freezing the bytes is the strictest
+  // model of that: a reader that serves a read-only registration after the file changed gets
+  // the old bytes here too.
+  std::unique_ptr<char[]> frozen;
 };
 
 // ---------------------------------------------------------------------------------------------
@@ -659,7 +667,7 @@ CUresult resolve(uintptr_t p, size_t n, bool must_know, Side* s) {
         s->range = r;
         break;
       default:
-        s->mem = reinterpret_cast<char*>(p);
+        s->mem = r->frozen ? r->frozen.get() + (p - r->base) : reinterpret_cast<char*>(p);
         break;
     }
     return CUDA_SUCCESS;
@@ -1193,6 +1201,19 @@ CUresult cuMemHostRegister_v2(void* p, size_t size, unsigned int flags) {
   Range* r = add_range_locked(b, size, Kind::Registered, c);
   r->map_size = size;
   g.live_registered += size;
+  constexpr unsigned kReadOnly = 0x08;  // CU_MEMHOSTREGISTER_READ_ONLY
+  if (flags & kReadOnly) {
+    // Read as the kernel reads pages it pins: a file mapping past the file's end (truncated
+    // meanwhile) fails the call, as pinning fails, where a plain load would raise SIGBUS.
+    r->frozen.reset(new char[size]);
+    iovec into{r->frozen.get(), size}, from{p, size};
+    if (process_vm_readv(getpid(), &into, 1, &from, 1, 0) != static_cast<ssize_t>(size)) {
+      g.ranges.erase(b);
+      g.live_registered -= size;
+      delete r;
+      return CUDA_ERROR_INVALID_VALUE;
+    }
+  }
   return CUDA_SUCCESS;
 }
 

@@ -1,0 +1,146 @@
+// Page-cache DMA: reads of cached file bytes into GPU memory that the copy engine takes straight
+// from the page cache, with no kernel read and no CPU copy (the "page cache DMA" path).
+//
+// Why: staging cached bytes means a pread into a pinned slab (the CPU writes every byte), then a
+// DMA out of the slab. Measured on the H200 machine (docs/performance.md, session 9), the copy
+// engine reads bytes the CPU has just written far slower than old ones (a 1 MiB copy: about 380
+// µs against 44 µs once the lines are flushed), which held 16 synchronous 1 MiB callers to 24-28
+// GiB/s while copies of old bytes reach 44. A read-only mapping of the file registered with the
+// driver (cuMemHostRegister, READ_ONLY) pins the cached pages themselves: copies out of it ran
+// at 44 GiB/s (1 MiB x 16 threads) and 49 (4 MiB). Registering costs 20-35 µs per MiB and the
+// driver serialises it (per call it was slower than staging), so a file's pages are registered
+// once, in windows of kWindow bytes, and kept for its later reads, up to a budget of pinned bytes
+// per process.
+//
+// Coherence: the window holds the file's own page-cache pages, so writes through the page cache
+// (by anyone) land in them. What replaces pages (truncation, hole punching, an O_DIRECT write)
+// is seen through change notices (inotify IN_MODIFY, which every write and truncation raises):
+// before a window serves a read, the notices are taken, and a window of a changed file is
+// retired (unregistered once its copies end) and made again from the current pages. A file that
+// cannot be watched never takes this path. Writes through gpufile go through the page cache
+// while windows of the file are live (Runtime::route_storage), never O_DIRECT around them.
+#pragma once
+
+#include <sys/types.h>
+
+#include <atomic>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <utility>
+
+#include "cuda/driver.hpp"
+
+namespace gpufile::exec {
+
+class PageCacheDma;
+
+// A window in use by one copy: it stays registered until release().
+struct WindowLease {
+  uint64_t index = UINT64_MAX;
+  bool held() const { return index != UINT64_MAX; }
+};
+
+// The windows of one file (one inode), shared by every handle registered on it.
+class FileWindows {
+ public:
+  static constexpr uint64_t kWindow = 64ull << 20;
+
+  FileWindows(std::shared_ptr<PageCacheDma> owner, int watch_id)
+      : owner_(std::move(owner)), watch_id_(watch_id) {}
+  ~FileWindows();  // unregisters every window; none may be leased
+  FileWindows(const FileWindows&) = delete;
+  FileWindows& operator=(const FileWindows&) = delete;
+
+  // File bytes [off, off+len) as a pointer the copy engine reads, valid until release(); null
+  // when no window serves them now (the caller stages them as usual). `fd` reads the file
+  // (page-cache fd), `file_size` is its size as the caller's IO saw it, `ctx` is current. The
+  // change notices must have been taken (take_changes) since the read began.
+  const char* acquire(int fd, uint64_t off, uint64_t len, uint64_t file_size,
+                      cuda::CUcontext ctx, WindowLease* lease);
+  void release(WindowLease* lease);
+  // Whether registered windows of the current file serve all of [off, off+len) now.
+  bool ready(uint64_t off, uint64_t len);
+
+  // Windows registered now (writes around them go through the page cache).
+  bool live() const { return live_.load(std::memory_order_acquire) > 0; }
+  int watch_id() const { return watch_id_; }
+  // Takes the session's change notices (PageCacheDma::take_changes): once per read, before its
+  // first acquire, so that every change made before the read began retires what it replaced.
+  void take_changes();
+  // A change notice arrived: every window is retired before it serves another read.
+  void changed() { generation_.fetch_add(1, std::memory_order_acq_rel); }
+
+ private:
+  enum class State { registering, ready, retired };
+  struct Window {
+    State state = State::registering;
+    uint64_t generation = 0;  // of the file when the window was made
+    uint64_t off = 0;
+    size_t len = 0;           // mapped and registered
+    char* map = nullptr;
+    cuda::CUcontext ctx = nullptr;
+    int users = 0;
+    uint64_t last_use = 0;
+  };
+
+  // Makes window `index` for the current generation; true when it is ready (one user counted).
+  bool make(std::unique_lock<std::mutex>& lock, int fd, uint64_t index, uint64_t file_size,
+            cuda::CUcontext ctx);
+  // Frees the budget for `bytes` by retiring idle windows, least recently used first; mu_ held.
+  bool reserve(std::unique_lock<std::mutex>& lock, size_t bytes);
+  // Unregisters and unmaps `w` (taken out of the map) outside the lock.
+  void drop(Window w);
+
+  const std::shared_ptr<PageCacheDma> owner_;
+  const int watch_id_;
+  std::atomic<uint64_t> generation_{0};
+  std::atomic<int> live_{0};
+  std::mutex mu_;
+  std::map<uint64_t, Window> windows_;  // by index (file offset / kWindow)
+  uint64_t clock_ = 0;                  // use order, for eviction
+  // The kernel or the driver refused a window of the file as it was: not tried again until the
+  // file changes (a truncation racing with the mapping fails it once; an unmappable file, always).
+  bool refused_ = false;
+  uint64_t refused_generation_ = 0;
+};
+
+// The session's page-cache DMA: one change-notice queue, the budget of pinned bytes, and the
+// windows of each file.
+class PageCacheDma : public std::enable_shared_from_this<PageCacheDma> {
+ public:
+  // `budget` bytes may be registered at once; 0 turns the path off.
+  explicit PageCacheDma(uint64_t budget);
+  ~PageCacheDma();
+  PageCacheDma(const PageCacheDma&) = delete;
+  PageCacheDma& operator=(const PageCacheDma&) = delete;
+
+  // The windows of the file open as `fd`, shared with other handles of the same inode; null
+  // when the path is off or the file cannot be watched for changes.
+  std::shared_ptr<FileWindows> windows_for(int fd, dev_t dev, ino_t ino);
+
+  // Takes the change notices that arrived: the changed files' windows are retired.
+  void take_changes();
+
+  uint64_t budget() const { return budget_; }
+  uint64_t pinned() const { return pinned_.load(std::memory_order_relaxed); }
+
+ private:
+  friend class FileWindows;
+  bool charge(size_t bytes);
+  // A file's windows are gone: its watch goes too, unless the inode has windows again.
+  void forget(int watch_id);
+  void refund(size_t bytes) { pinned_.fetch_sub(bytes, std::memory_order_relaxed); }
+
+  const uint64_t budget_;
+  std::atomic<uint64_t> pinned_{0};
+  int queue_ = -1;  // the change-notice queue, or -1 (then no file takes this path)
+  // Held while notices are taken and applied, so that no read starts between the two.
+  std::mutex take_mu_;
+  std::mutex mu_;   // the maps below
+  std::map<std::pair<dev_t, ino_t>, std::weak_ptr<FileWindows>> by_inode_;
+  std::map<int, std::weak_ptr<FileWindows>> by_watch_;
+};
+
+}  // namespace gpufile::exec

@@ -1,0 +1,210 @@
+// Suite: page-cache DMA (src/exec/cache_windows.hpp). Reads of cached bytes into GPU memory are
+// copied straight out of registered windows of the page cache; whatever replaces the file's
+// pages (truncation and rewriting, writes through gpufile) is seen before a window serves
+// another read; the budget bounds what is registered; a file the kernel will not map is staged;
+// and every byte is right whichever way it went.
+#include <sys/mman.h>
+
+#include "common.hpp"
+#include "core/stats.hpp"
+#include "sys/faulty_os.hpp"
+
+namespace capi_test {
+namespace {
+
+constexpr size_t MiB = 1024 * 1024;
+using gpufile::stats::Path;
+
+uint64_t read_bytes_by(Path p) {
+  return gpufile::stats::snapshot().paths[0][static_cast<int>(p)].bytes;
+}
+uint64_t write_bytes_by(Path p) {
+  return gpufile::stats::snapshot().paths[1][static_cast<int>(p)].bytes;
+}
+
+class PageCacheDma : public CapiTest {
+ protected:
+  void SetUp() override {
+    CapiTest::SetUp();
+    if (!has_driver()) GTEST_SKIP() << no_driver_reason();
+    live_registered_ = reinterpret_cast<size_t (*)()>(driver_symbol("fakecuda_live_registered_bytes"));
+    open_session();
+    Rng rng(test_seed());
+    path_ = dir_.file("cached.bin");
+    data_ = rng.bytes(kFileSize);
+    ASSERT_NO_FATAL_FAILURE(write_file(path_, data_.data(), data_.size()));  // cached: just written
+  }
+  void TearDown() override {
+    session_.reset();
+    unsetenv("GPUFILE_PAGECACHE_DMA_MB");
+    CapiTest::TearDown();
+  }
+
+  void open_session(const char* budget_mb = nullptr) {
+    session_.reset();
+    if (budget_mb) setenv("GPUFILE_PAGECACHE_DMA_MB", budget_mb, 1);
+    session_ = std::make_unique<DriverSession>();
+    ASSERT_TRUE(session_->ok()) << session_->error();
+  }
+
+  // Reads [off, off+n) of the file into device memory with cuFileRead, in `piece` calls; "" or
+  // what went wrong.
+  std::string read_and_check(Handle& h, const std::vector<uint8_t>& want, uint64_t off, size_t n,
+                             size_t piece) {
+    bind_context();
+    std::string why;
+    auto buf = Buffer::make(Mem::device, n, &why);
+    if (!buf) return why;
+    for (size_t done = 0; done < n; done += piece) {
+      const size_t len = std::min(piece, n - done);
+      const ssize_t got = cuFileRead(h.get(), buf->ptr(), len, static_cast<off_t>(off + done),
+                                     static_cast<off_t>(done));
+      if (got != static_cast<ssize_t>(len))
+        return "read at " + std::to_string(off + done) + " returned " + std::to_string(got);
+    }
+    std::vector<uint8_t> got = buf->read_back(0, n);
+    return first_mismatch(got.data(), want.data() + off, n);
+  }
+
+  static constexpr uint64_t kFileSize = 24 * MiB;
+  TempDir dir_;
+  std::unique_ptr<DriverSession> session_;
+  size_t (*live_registered_)() = nullptr;
+  std::string path_;
+  std::vector<uint8_t> data_;
+};
+
+// Four threads read cached 1 MiB pieces at random: every byte right, the bytes counted under the
+// page-cache DMA path, the file's one window (24 MiB) registered while the handle lives and
+// unregistered with it (the staging the callers borrowed stays with the session).
+TEST_F(PageCacheDma, CachedReadsComeStraightOutOfThePageCache) {
+  SCOPED_TRACE("seed=" + std::to_string(test_seed()));
+  const uint64_t dma_before = read_bytes_by(Path::page_cache_dma);
+  size_t registered_with_handle = 0;
+  {
+    Handle h(path_, O_RDONLY);
+    ASSERT_TRUE(h.ok());
+    std::vector<std::string> errors(4);
+    std::vector<std::thread> threads;
+    for (int t = 0; t < 4; ++t)
+      threads.emplace_back([&, t] {
+        Rng rng(test_seed() + static_cast<uint64_t>(t));
+        for (int i = 0; i < 8 && errors[t].empty(); ++i) {
+          const uint64_t off = rng.below(kFileSize - MiB) / 4096 * 4096 + rng.below(2) * 17;
+          errors[t] = read_and_check(h, data_, off, MiB, MiB);
+        }
+      });
+    for (auto& th : threads) th.join();
+    for (int t = 0; t < 4; ++t) EXPECT_EQ(errors[t], "") << "thread " << t;
+    EXPECT_GT(read_bytes_by(Path::page_cache_dma), dma_before)
+        << "no read was copied out of the page cache";
+    if (live_registered_) registered_with_handle = live_registered_();
+  }
+  if (live_registered_) {
+    EXPECT_EQ(registered_with_handle - live_registered_(), kFileSize)
+        << "the window was not unregistered with the handle";
+  }
+}
+
+// A window pins the pages it was made from. The file truncated and written again through
+// another fd (as a checkpoint rewritten in place) has new pages: the next read must return the
+// new bytes, never the pinned old ones.
+TEST_F(PageCacheDma, AFileTruncatedAndRewrittenIsReadAnew) {
+  SCOPED_TRACE("seed=" + std::to_string(test_seed()));
+  Handle h(path_, O_RDONLY);
+  ASSERT_TRUE(h.ok());
+  ASSERT_EQ(read_and_check(h, data_, 0, kFileSize, MiB), "");
+  const uint64_t dma_before = read_bytes_by(Path::page_cache_dma);
+  ASSERT_GT(dma_before, 0u) << "the first pass made no window";
+  for (int round = 1; round <= 3; ++round) {
+    Rng rng(test_seed() * 7 + static_cast<uint64_t>(round));
+    std::vector<uint8_t> fresh = rng.bytes(kFileSize);
+    int fd = open(path_.c_str(), O_WRONLY);
+    ASSERT_GE(fd, 0);
+    ASSERT_EQ(ftruncate(fd, 0), 0);
+    ASSERT_EQ(pwrite(fd, fresh.data(), fresh.size(), 0), static_cast<ssize_t>(fresh.size()));
+    close(fd);
+    EXPECT_EQ(read_and_check(h, fresh, 0, kFileSize, MiB), "") << "round " << round;
+  }
+  EXPECT_GT(read_bytes_by(Path::page_cache_dma), dma_before)
+      << "after the rewrite no read came out of a window: the test proved nothing";
+}
+
+// While windows of a file are registered, gpufile's own writes of it go through the page cache
+// (into the registered pages) instead of O_DIRECT around them; reads then see the new bytes,
+// through gpufile and through the kernel.
+TEST_F(PageCacheDma, WritesWhileWindowsLiveGoThroughThePageCache) {
+  SCOPED_TRACE("seed=" + std::to_string(test_seed()));
+  const bool direct = direct_io_works(dir_.path());
+  Handle h(path_, O_RDWR | (direct ? O_DIRECT : 0));
+  ASSERT_TRUE(h.ok());
+  ASSERT_EQ(read_and_check(h, data_, 0, 8 * MiB, MiB), "");
+  bind_context();
+  std::string why;
+  auto buf = Buffer::make(Mem::device, MiB, &why);
+  ASSERT_TRUE(buf) << why;
+  Rng rng(test_seed() * 11);
+  std::vector<uint8_t> fresh = rng.bytes(MiB);
+  buf->upload(0, fresh.data(), MiB);
+  const uint64_t direct_before = write_bytes_by(Path::staged_direct);
+  ASSERT_EQ(cuFileWrite(h.get(), buf->ptr(), MiB, 4 * MiB, 0), static_cast<ssize_t>(MiB));
+  EXPECT_EQ(write_bytes_by(Path::staged_direct), direct_before)
+      << "the write went O_DIRECT around registered pages";
+  std::memcpy(data_.data() + 4 * MiB, fresh.data(), MiB);
+  EXPECT_EQ(read_and_check(h, data_, 0, 8 * MiB, MiB), "");
+  std::vector<uint8_t> on_disk = read_file(path_, 4 * MiB, MiB);
+  EXPECT_EQ(first_mismatch(on_disk.data(), fresh.data(), MiB), "");
+}
+
+// The kernel refuses to map the file: its reads are staged, right all the same, and the path is
+// not tried again for that file.
+TEST_F(PageCacheDma, AFileThatCannotBeMappedIsStaged) {
+  gpufile::sys::FaultyOs faults;
+  gpufile::sys::ScopedOs use(faults);
+  const size_t refusal = faults.add({.op = gpufile::sys::FaultOp::map_file,
+                                     .times = gpufile::sys::FaultRule::persistent, .err = ENOMEM});
+  Handle h(path_, O_RDONLY);
+  ASSERT_TRUE(h.ok());
+  const uint64_t dma_before = read_bytes_by(Path::page_cache_dma);
+  EXPECT_EQ(read_and_check(h, data_, 0, kFileSize, MiB), "");
+  EXPECT_EQ(read_bytes_by(Path::page_cache_dma), dma_before);
+  EXPECT_EQ(faults.fired(refusal), 1u) << "a refused file must not be mapped again";
+}
+
+// At most the budget is registered at once: with room for one window, reading three windows'
+// worth of file retires the older ones.
+TEST_F(PageCacheDma, TheBudgetBoundsWhatIsRegistered) {
+  if (!live_registered_) GTEST_SKIP() << "needs the test double's registration counter";
+  open_session("64");
+  const size_t registered_before = live_registered_();
+  const std::string big = dir_.file("big.bin");
+  Rng rng(test_seed() * 13);
+  std::vector<uint8_t> bytes = rng.bytes(192 * MiB);
+  ASSERT_NO_FATAL_FAILURE(write_file(big, bytes.data(), bytes.size()));
+  Handle h(big, O_RDONLY);
+  ASSERT_TRUE(h.ok());
+  const uint64_t dma_before = read_bytes_by(Path::page_cache_dma);
+  size_t most = 0;
+  for (uint64_t off = 0; off < bytes.size(); off += 16 * MiB) {
+    ASSERT_EQ(read_and_check(h, bytes, off, 16 * MiB, 4 * MiB), "") << "at " << off;
+    most = std::max(most, live_registered_() - registered_before);
+  }
+  EXPECT_LE(most, 64 * MiB);
+  // Each window serves only its own 64 MiB of the file: more than that copied out of windows
+  // means a later window was made, in the room an earlier one left.
+  EXPECT_GT(read_bytes_by(Path::page_cache_dma) - dma_before, 64 * MiB)
+      << "windows were not retired to make room for the next ones";
+}
+
+// GPUFILE_PAGECACHE_DMA_MB=0 turns the path off: reads are staged.
+TEST_F(PageCacheDma, ZeroTurnsItOff) {
+  open_session("0");
+  Handle h(path_, O_RDONLY);
+  ASSERT_TRUE(h.ok());
+  const uint64_t dma_before = read_bytes_by(Path::page_cache_dma);
+  EXPECT_EQ(read_and_check(h, data_, 0, kFileSize, MiB), "");
+  EXPECT_EQ(read_bytes_by(Path::page_cache_dma), dma_before);
+}
+
+}  // namespace
+}  // namespace capi_test
