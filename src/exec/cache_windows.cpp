@@ -62,6 +62,10 @@ const char* FileWindows::acquire(int fd, uint64_t off, uint64_t len, uint64_t fi
     it = windows_.find(index);
   }
   if (it == windows_.end()) {
+    auto wanted = demand_.find(index);
+    if (demand_generation_ != generation || wanted == demand_.end() || !wanted->second.wanted)
+      return nullptr;  // read once so far: staged
+    demand_.erase(wanted);
     if (!make(lock, fd, index, file_size, ctx)) return nullptr;
     it = windows_.find(index);
   } else if (it->second.state != State::ready) {
@@ -77,6 +81,27 @@ const char* FileWindows::acquire(int fd, uint64_t off, uint64_t len, uint64_t fi
   w.last_use = ++clock_;
   lease->index = index;
   return w.map + (off - w.off);
+}
+
+bool FileWindows::note_read(uint64_t off, uint64_t len, uint64_t file_size) {
+  if (len == 0) return false;
+  std::lock_guard lock(mu_);
+  const uint64_t generation = generation_.load(std::memory_order_acquire);
+  if (demand_generation_ != generation) {  // what was read of the old file says nothing
+    demand_.clear();
+    demand_generation_ = generation;
+  }
+  bool wanted = false;
+  for (uint64_t i = off / kWindow; i <= (off + len - 1) / kWindow; ++i) {
+    if (windows_.count(i) != 0) continue;
+    const uint64_t start = i * kWindow, end = std::min(start + kWindow, file_size);
+    if (end <= start) break;
+    Demand& d = demand_[i];
+    d.asked += std::min(off + len, end) - std::max(off, start);
+    d.wanted = d.wanted || d.asked > end - start;
+    wanted = wanted || d.wanted;
+  }
+  return wanted;
 }
 
 bool FileWindows::make(std::unique_lock<std::mutex>& lock, int fd, uint64_t index,

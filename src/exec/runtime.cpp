@@ -343,8 +343,8 @@ class CallerCount {
   int now_;
 };
 
-// Reads of up to this many slabs copy out of page-cache windows on the caller's thread even
-// when the windows are still to be made.
+// Reads of up to this many slabs copy out of page-cache windows on the caller's thread, making
+// the windows they need, before those are all there.
 constexpr uint64_t kShortForWindows = 4;
 
 route::LoadFacts load_facts(const Session& s, const exec::Job& job, unsigned callers) {
@@ -361,11 +361,14 @@ route::LoadFacts load_facts(const Session& s, const exec::Job& job, unsigned cal
   f.cores = c.cores;
   f.min_chunk = c.min_chunk_bytes;
   f.slab = c.slab_bytes;
-  // A short read copies out of the windows it finds (and makes them); a long one only once they
-  // are all there: making them one after another on one thread is slower than staging.
-  f.from_page_cache = job.windows != nullptr &&
-                      (job.len <= kShortForWindows * c.slab_bytes ||
-                       job.windows->ready(job.file_off, job.len));
+  // A read copies out of page-cache windows on its caller's thread when they are all there; a
+  // short one also when it is to make them (exec::FileWindows::note_read): making them one
+  // after another on one thread, a long read is better staged meanwhile.
+  if (job.windows != nullptr) {
+    const bool ready = job.windows->ready(job.file_off, job.len);
+    const bool wanted = !ready && job.windows->note_read(job.file_off, job.len, job.file_size);
+    f.from_page_cache = ready || (wanted && job.len <= kShortForWindows * c.slab_bytes);
+  }
   return f;
 }
 

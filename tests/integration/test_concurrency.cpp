@@ -600,8 +600,8 @@ TEST_F(Concurrency, CallersWithoutStagingLeaveTheirPiecesToTheWorkers) {
 }
 
 // Cached bytes copied straight out of registered page cache cost the CPU nothing but the
-// copies' issue: however many callers, each makes its own copies (the workers take none), and the
-// bytes are counted under that path. (Each caller still borrows a staging slab, whose stream
+// copies' issue: once the file's windows are made (it was read twice), however many callers,
+// each makes its own copies (the workers take none), and the bytes are counted under that path. (Each caller still borrows a staging slab, whose stream
 // carries its copies and which stages a piece no window serves: 32 slabs for 16 callers here,
 // two per core on a 16-core machine.)
 TEST_F(Concurrency, ManyCallersCopyOutOfThePageCacheThemselves) {
@@ -620,6 +620,7 @@ TEST_F(Concurrency, ManyCallersCopyOutOfThePageCacheThemselves) {
   AtExit undo([&] { fake.set_async_delay_us(0); });
   const uint64_t dma_before =
       gpufile::stats::snapshot().paths[0][static_cast<int>(gpufile::stats::Path::page_cache_dma)].bytes;
+  read_from_threads(h, shadow_, 16, 4, 2 * MiB, Mem::device);  // the file read twice: windows made
   const RunnerBytes before = read_runner_bytes();
   read_from_threads(h, shadow_, 16, 12, 2 * MiB, Mem::device);
   const RunnerBytes moved = moved_since(before);
