@@ -20,6 +20,7 @@
 #include "device_buffer.hpp"
 #include "errors.hpp"
 #include "exec/runtime.hpp"
+#include "rows.hpp"
 
 namespace nb = nanobind;
 using namespace nb::literals;
@@ -450,6 +451,7 @@ NB_MODULE(_gpufile, m) {
            nb::rv_policy::take_ownership);
 
   register_device_buffer(m);
+  register_rows(m);
 
   m.def("settings", &settings, "Every setting by its cufile.json key: the open driver's, else what the next open would use.");
   m.def("set_setting", &set_setting, "key"_a, "value"_a,

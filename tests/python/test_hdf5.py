@@ -421,21 +421,20 @@ def test_driver_callbacks_keep_sec2_semantics(tmp_path):
 
 @pytest.mark.parametrize("userblock", [None, 4096])
 def test_read_contiguous_dataset_straight_into_memory(tmp_path, userblock):
-    # gpufile.hdf5.read: the dataset's bytes from the file through gpufile, HDF5 not involved.
+    # gpufile.hdf5.read: the dataset's bytes from the file through gpufile, HDF5 not involved
+    # (chunked datasets and selections: test_hdf5_read.py).
     path = tmp_path / "direct.h5"
     values = np.random.default_rng(9).standard_normal(300_001).astype(">f4")  # byte order kept
     with h5py.File(path, "w", userblock_size=userblock) as f:
         f["x"] = values
-        f.create_dataset("chunked", data=values[:100], chunks=(10,))
-        f.create_dataset("unwritten", shape=(10,), dtype="<i4")
+        f.create_dataset("unwritten", shape=(10,), dtype="<i4", fillvalue=-4)
     host = np.empty_like(values)
     with h5py.File(path, "r") as f:
         assert gpufile.hdf5.read(f["x"], host) == values.nbytes
         assert np.array_equal(host, values)
-        with pytest.raises(ValueError, match="chunked"):
-            gpufile.hdf5.read(f["chunked"], host)
-        with pytest.raises(ValueError, match="never written"):
-            gpufile.hdf5.read(f["unwritten"], host)
+        unwritten = np.zeros(10, dtype="<i4")
+        assert gpufile.hdf5.read(f["unwritten"], unwritten) == 40  # the fill value, as HDF5 reads
+        assert unwritten.tolist() == [-4] * 10
         if gpufile.cuda_available():
             dev = gpufile.DeviceBuffer(values.nbytes)
             gpufile.hdf5.read(f["x"], dev)
