@@ -240,3 +240,37 @@ def test_truncated_file_raises_and_writes_only_inside_out(tmp_path, device):
             gpufile.hdf5.read(f["x"], out)
     tail = device_bytes(out)[data.nbytes:] if device else backing[data.nbytes:]
     assert (tail == 0x55).all()
+
+
+@needs_gpu_driver
+def test_row_copier_places_rows_and_refuses_bad_copies():
+    from gpufile._gpufile import _RowCopier, _memory_of
+    src = gpufile.DeviceBuffer(4096)
+    pattern = np.arange(4096, dtype=np.uint32).astype(np.uint8)
+    src.copy_from_host(pattern)
+    assert _memory_of(src)[1:] == (4096, 0)
+    assert _memory_of(np.zeros(3))[2] == -1
+    # A destination pitch beyond the device's largest (2 GiB - 1 on current GPUs, and in the
+    # test double) goes row by row: the double keeps untouched "device memory" unbacked.
+    far = (1 << 31) + 64
+    dst = gpufile.DeviceBuffer(far * 2 + 256)
+    copier = _RowCopier(dst.ptr)
+    tickets = [copier.copy(dst.ptr, src.ptr + 8, 100, [3], [far], [1000]),
+               copier.copy(dst.ptr + 200, src.ptr, 16, [2, 2], [far, 20], [64, 32])]
+    copier.wait(tickets[0])
+    copier.finish()
+    for row in range(3):
+        assert device_bytes(dst, 100, row * far).tobytes() == pattern[8 + 1000 * row:][:100].tobytes()
+    for i in range(2):
+        for j in range(2):
+            at = 200 + i * far + j * 20
+            assert device_bytes(dst, 16, at).tobytes() == pattern[64 * i + 32 * j:][:16].tobytes()
+    with pytest.raises(ValueError, match="one entry per dimension"):
+        copier.copy(dst.ptr, src.ptr, 16, [2], [16, 16], [16])
+    with pytest.raises(ValueError, match="negative"):
+        copier.copy(dst.ptr, src.ptr, 16, [2], [-16], [16])
+    if "fakecuda" in os.environ.get("GPUFILE_CUDA_LIBRARY", ""):
+        # The double refuses a copy past the end of an allocation (the driver may let it read
+        # the allocator's slack).
+        with pytest.raises(gpufile.Error, match="cuMemcpy2DAsync"):
+            copier.copy(dst.ptr, src.ptr, 64, [100], [64], [64])
