@@ -274,7 +274,8 @@ class Target:
 
 
 def _described(out) -> Optional[Tuple[np.dtype, Tuple[int, ...]]]:
-    """(dtype, shape) of an array-like `out`; None for objects that say neither."""
+    """(dtype, shape) of an array-like `out`; None for objects that say neither in a way NumPy
+    reads (DLPack-only GPU arrays), which are taken as byte buffers."""
     cai = getattr(out, "__cuda_array_interface__", None)
     if cai is not None:
         return np.dtype(cai["typestr"]), tuple(cai["shape"])
@@ -282,9 +283,16 @@ def _described(out) -> Optional[Tuple[np.dtype, Tuple[int, ...]]]:
         return out.dtype, out.shape
     try:
         view = memoryview(out)
-    except TypeError:
-        return None
-    return np.dtype(view.format), tuple(view.shape)
+        return np.dtype(view.format), tuple(view.shape)
+    except (TypeError, ValueError):
+        pass
+    if hasattr(out, "__dlpack__"):  # a PyTorch CPU tensor, for one
+        try:
+            a = np.from_dlpack(out)
+        except (TypeError, ValueError, BufferError, RuntimeError):
+            return None
+        return a.dtype, a.shape
+    return None
 
 
 # ---- moving the bytes ---------------------------------------------------------------------------

@@ -274,3 +274,28 @@ def test_row_copier_places_rows_and_refuses_bad_copies():
         # the allocator's slack).
         with pytest.raises(gpufile.Error, match="cuMemcpy2DAsync"):
             copier.copy(dst.ptr, src.ptr, 64, [100], [64], [64])
+
+
+class DLPackOnly:
+    """Host memory offered through DLPack alone (as a PyTorch CPU tensor offers it)."""
+
+    def __init__(self, a):
+        self.a = a
+
+    def __dlpack__(self, **kwargs):
+        return self.a.__dlpack__(**kwargs)
+
+    def __dlpack_device__(self):
+        return self.a.__dlpack_device__()
+
+
+def test_dlpack_out_is_checked_by_its_dtype_and_shape(sparse_file):
+    with h5py.File(sparse_file, "r") as f:
+        d = f["d2"]  # (40, 30) <f4
+        wrong = np.zeros((40, 30), dtype="<i4")
+        with pytest.raises(ValueError, match="out is <i4"):
+            gpufile.hdf5.read(d, DLPackOnly(wrong))
+        right = np.zeros((40, 30), dtype="<f4")
+        assert gpufile.hdf5.read(d, DLPackOnly(right)) == right.nbytes
+        assert right.tobytes() == d[...].tobytes()
+    assert not wrong.any()
