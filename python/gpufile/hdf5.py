@@ -98,6 +98,42 @@ class _Counters(ctypes.Structure):
     _fields_ = [(name, ctypes.c_uint64) for name in _COUNTERS]
 
 
+def _loaded_plugin() -> Optional[ctypes.CDLL]:
+    """The plugin if this process has loaded it already (HDF5 through HDF5_PLUGIN_PATH, or
+    register_h5py/counters), else None; never loads it."""
+    try:
+        path = plugin_file()
+    except FileNotFoundError:
+        return None
+    try:
+        return ctypes.CDLL(path, mode=os.RTLD_NOLOAD | os.RTLD_NOW)
+    except OSError:
+        return None
+
+
+def runtime_stats() -> Optional[Dict]:
+    """The statistics of the plugin's own copy of gpufile's runtime, shaped as gpufile.stats()'s
+    (gpufile_hdf5_get_stats_json); None when the plugin is not loaded in this process.
+    gpufile.stats() adds them to the extension's."""
+    lib = _loaded_plugin()
+    if lib is None:
+        return None
+    lib.gpufile_hdf5_get_stats_json.restype = ctypes.c_size_t
+    lib.gpufile_hdf5_get_stats_json.argtypes = [ctypes.c_char_p, ctypes.c_size_t]
+    size = lib.gpufile_hdf5_get_stats_json(None, 0)
+    buf = ctypes.create_string_buffer(size + 1)
+    lib.gpufile_hdf5_get_stats_json(buf, size + 1)
+    import json
+    return json.loads(buf.value.decode())
+
+
+def reset_runtime_stats() -> None:
+    """Zeroes the plugin runtime's statistics (not its counters()), if it is loaded."""
+    lib = _loaded_plugin()
+    if lib is not None:
+        lib.gpufile_hdf5_reset_stats()
+
+
 def counters() -> Dict[str, int]:
     """What the driver moved in this process so far (gpufile_hdf5_get_counters).
 

@@ -351,29 +351,9 @@ void set_setting(const std::string& key, nb::handle value) {
   if (!problem.empty()) throw nb::value_error(problem.c_str());
 }
 
-nb::dict stats_dict() {
-  stats::Snapshot s = stats::snapshot();
-  static const char* const kPathNames[] = {"staged_direct", "page_cache", "host_direct", "small_io"};
-  nb::dict out;
-  for (int op = 0; op < stats::kOps; ++op) {
-    nb::dict d, paths;
-    const stats::OpTotals& t = s.ops[op];
-    d["calls_ok"] = t.calls.ok;
-    d["calls_failed"] = t.calls.err;
-    d["bytes"] = t.bytes;
-    for (int p = 0; p < stats::kPaths; ++p) {
-      nb::dict pd;
-      pd["bytes"] = s.paths[op][p].bytes;
-      pd["ops"] = s.paths[op][p].ops;
-      paths[kPathNames[p]] = pd;
-    }
-    d["paths"] = paths;
-    out[op == 0 ? "read" : "write"] = d;
-  }
-  out["level"] = s.level;
+nb::object stats_dict() {
   // Pinned staging memory held now (slabs of the open driver); 0 after driver_close().
-  out["pinned_staging_bytes"] = cuda::live_pinned_bytes();
-  return out;
+  return json_loads(stats::summary_json(stats::snapshot(), cuda::live_pinned_bytes()));
 }
 
 }  // namespace
