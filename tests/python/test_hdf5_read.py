@@ -11,7 +11,7 @@ import pytest
 import gpufile
 import gpufile._hdf5_read as hdf5_read
 import gpufile.hdf5
-from conftest import device_bytes, needs_gpu_driver
+from conftest import DLPackOnly, device_bytes, needs_gpu_driver
 
 # (shape, chunks, dtype): ranks 1 to 4, chunks that divide the shape and ones that leave edge
 # chunks, chunks spanning whole trailing dimensions (one run each) and ones that do not (rows).
@@ -276,20 +276,8 @@ def test_row_copier_places_rows_and_refuses_bad_copies():
             copier.copy(dst.ptr, src.ptr, 64, [100], [64], [64])
 
 
-class DLPackOnly:
-    """Host memory offered through DLPack alone (as a PyTorch CPU tensor offers it)."""
-
-    def __init__(self, a):
-        self.a = a
-
-    def __dlpack__(self, **kwargs):
-        return self.a.__dlpack__(**kwargs)
-
-    def __dlpack_device__(self):
-        return self.a.__dlpack_device__()
-
-
 def test_dlpack_out_is_checked_by_its_dtype_and_shape(sparse_file):
+    # Host memory offered through DLPack alone, as a PyTorch CPU tensor offers it.
     with h5py.File(sparse_file, "r") as f:
         d = f["d2"]  # (40, 30) <f4
         wrong = np.zeros((40, 30), dtype="<i4")
