@@ -356,17 +356,24 @@ class Filler:
 
 class Reader:
     """Reads placements through one gpufile.File, many at once, each into its place or through
-    a staging buffer; waits for every read before it returns or raises."""
+    a staging slot; waits for every read before it returns or raises.
 
-    def __init__(self, file, target: Target, name: str, staging_bytes: int):
+    Staging is one allocation in the memory of `out` (one cuMemAlloc for a GPU array), cut into
+    `slots` slots of `slot_bytes`; a slot is free again once the copy out of it landed."""
+
+    def __init__(self, file, target: Target, name: str, slot_bytes: int, staged_pieces: int):
         self.file = file
         self.target = target
         self.name = name
         self.pending: deque = deque()  # (future, bytes expected, file offset, then-callback)
-        self.free_staging: List = []  # (buffer, ticket of the copy out of it or None)
-        self.staging_count = 0
-        self.staging_size = staging_bytes
-        self.staging_limit = max(2, STAGING_BYTES // max(1, staging_bytes))
+        self.slot_bytes = slot_bytes
+        self.slots = min(staged_pieces, MAX_IN_FLIGHT, max(2, STAGING_BYTES // max(1, slot_bytes)))
+        self.pool = None  # the staging allocation, made when first needed
+        self.pool_addr = 0
+        self.made = 0  # slots handed out so far
+        # Free slots, oldest first: (offset in the pool, ticket of the copy out of it or None).
+        # The oldest copy is the one most likely to have landed already.
+        self.free: deque = deque()
 
     def read(self, file_offset: int, p: Placement) -> None:
         if not _staged(p):
@@ -376,9 +383,9 @@ class Reader:
                 self._start(self.target.addr + p.dst_offset + dst, p.run,
                             file_offset + p.src_offset + src, None)
             return
-        staging = self._staging()
-        self._start(self._address(staging), p.src_span(), file_offset + p.src_offset,
-                    lambda: self._place(staging, p))
+        slot = self._slot()
+        self._start(self.pool_addr + slot, p.src_span(), file_offset + p.src_offset,
+                    lambda: self._place(slot, p))
 
     def drain(self) -> None:
         """Waits for every read; raises the first failure after all are over."""
@@ -414,32 +421,36 @@ class Reader:
         if then is not None:
             then()
 
-    def _staging(self):
-        while not self.free_staging and self.staging_count >= self.staging_limit:
+    def _slot(self) -> int:
+        """A free staging slot's offset in the pool."""
+        while not self.free and self.made >= self.slots:
             self._finish_oldest()
-        if self.free_staging:
-            staging, ticket = self.free_staging.pop()
+        if self.free:
+            slot, ticket = self.free.popleft()
             if ticket is not None:
                 self.target.copier().wait(ticket)  # the rows left it before it is read into
-            return staging
-        self.staging_count += 1
-        if self.target.on_device:
-            from ._gpufile import DeviceBuffer
-            return self.target.hold(DeviceBuffer(self.staging_size, self.target.device))
-        return np.empty(self.staging_size, dtype=np.uint8)
+            return slot
+        if self.pool is None:
+            nbytes = self.slots * self.slot_bytes
+            if self.target.on_device:
+                from ._gpufile import DeviceBuffer
+                self.pool = self.target.hold(DeviceBuffer(nbytes, self.target.device))
+                self.pool_addr = self.pool.ptr
+            else:
+                self.pool = np.empty(nbytes, dtype=np.uint8)
+                self.pool_addr = self.pool.ctypes.data
+        self.made += 1
+        return (self.made - 1) * self.slot_bytes
 
-    @staticmethod
-    def _address(staging) -> int:
-        return staging.ctypes.data if isinstance(staging, np.ndarray) else staging.ptr
-
-    def _place(self, staging, p: Placement) -> None:
-        # The staging buffer holds the piece's bytes from p.src_offset on.
+    def _place(self, slot: int, p: Placement) -> None:
+        # The slot holds the piece's bytes from p.src_offset on.
         ticket = None
         if self.target.on_device:
-            ticket = _device_rows(self.target, self.target.addr + p.dst_offset, staging.ptr, p)
+            ticket = _device_rows(self.target, self.target.addr + p.dst_offset,
+                                  self.pool_addr + slot, p)
         else:
-            _host_rows(self.target.host, staging, p, 0)
-        self.free_staging.append((staging, ticket))
+            _host_rows(self.target.host, self.pool, p, slot)
+        self.free.append((slot, ticket))
 
 
 def read(dset, out, selection=None) -> int:
@@ -480,10 +491,10 @@ def _fill_and_read(dset, target: Target, placed) -> None:
         return
     stored = [(piece, q) for piece, p in stored
               for q in (split(p, STAGING_BYTES // 4) if _staged(p) else (p,))]
-    staging_bytes = max((p.src_span() for _piece, p in stored if _staged(p)), default=0)
+    staged = [p.src_span() for _piece, p in stored if _staged(p)]
     from . import open as gpufile_open
     with gpufile_open(dset.file.filename) as f:
-        reader = Reader(f, target, name, staging_bytes)
+        reader = Reader(f, target, name, max(staged, default=0), len(staged))
         try:
             for piece, p in stored:
                 reader.read(piece.file_offset, p)

@@ -143,6 +143,10 @@ class RowCopier {
       nb::gil_scoped_release unlocked;
       cuda::ScopedContext scope(ctx_.get());
       r = d_->StreamSynchronize(stream_);
+      if (r == cuda::CUDA_SUCCESS) {  // every event passed: none is needed any more
+        for (auto& [ticket, event] : events_) d_->EventDestroy(event);
+        events_.clear();
+      }
     }
     if (r != cuda::CUDA_SUCCESS) raise(Error::cu(r), "cuStreamSynchronize");
   }
