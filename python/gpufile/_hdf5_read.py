@@ -17,6 +17,7 @@ fill value, as HDF5 gives it.
 from __future__ import annotations
 
 import ctypes
+import functools
 import itertools
 import math
 from collections import deque
@@ -170,7 +171,8 @@ def selection_box(shape: Sequence[int], selection) -> Tuple[Tuple[int, ...], Tup
     return tuple(start), tuple(stop), tuple(out_shape)
 
 
-def _c_strides(shape: Sequence[int], itemsize: int) -> Tuple[int, ...]:
+@functools.lru_cache(maxsize=64)  # every piece of a dataset asks for the same few
+def _c_strides(shape: Tuple[int, ...], itemsize: int) -> Tuple[int, ...]:
     strides, step = [], itemsize
     for n in reversed(shape):
         strides.append(step)
@@ -183,25 +185,35 @@ def place(piece: Piece, start: Sequence[int], stop: Sequence[int], itemsize: int
     """How the part of `piece` inside the box [start, stop) lands in a C-ordered array of the
     box; None when they do not meet. Dimensions that both sides hold whole are merged into the
     run, so a chunk that spans whole trailing dimensions lands as one run."""
-    lo = [max(o, b) for o, b in zip(piece.origin, start)]
-    hi = [min(o + c, b) for o, c, b in zip(piece.origin, piece.shape, stop)]
-    extent = [h - l for l, h in zip(lo, hi)]
-    if any(e <= 0 for e in extent):
-        return None
-    box = [b - a for a, b in zip(start, stop)]
-    src_strides = _c_strides(piece.shape, itemsize)
+    lo, extent = [], []
+    for o, c, a, b in zip(piece.origin, piece.shape, start, stop):
+        first, end = max(o, a), min(o + c, b)
+        if end <= first:
+            return None
+        lo.append(first)
+        extent.append(end - first)
+    box = tuple(b - a for a, b in zip(start, stop))
+    run, counts, src_outer, dst_outer, src_strides, dst_strides = _layout(
+        tuple(extent), piece.shape, box, itemsize)
+    src_offset = sum((l - o) * s for l, o, s in zip(lo, piece.origin, src_strides))
+    dst_offset = sum((l - a) * s for l, a, s in zip(lo, start, dst_strides))
+    return Placement(run, counts, src_offset, src_outer, dst_offset, dst_outer)
+
+
+@functools.lru_cache(maxsize=256)  # the pieces of a read share a few extents (inside, at edges)
+def _layout(extent: Tuple[int, ...], shape: Tuple[int, ...], box: Tuple[int, ...], itemsize: int):
+    """(run, counts, src and dst strides of the outer dimensions, all src and dst strides) of
+    an `extent` of a block of `shape` landing in an array of shape `box`."""
+    src_strides = _c_strides(shape, itemsize)
     dst_strides = _c_strides(box, itemsize)
     k = len(extent) - 1
-    while k > 0 and extent[k] == piece.shape[k] == box[k]:
+    while k > 0 and extent[k] == shape[k] == box[k]:
         k -= 1
     run = itemsize * math.prod(extent[k:])
-    src_offset = sum((l - o) * s for l, o, s in zip(lo, piece.origin, src_strides))
-    dst_offset = sum((l - b) * s for l, b, s in zip(lo, start, dst_strides))
     # Outer dimensions of one index add nothing: dropped, so one run has no outer dimension.
     outer = [d for d in range(k) if extent[d] > 1]
-    return Placement(run, tuple(extent[d] for d in outer), src_offset,
-                     tuple(src_strides[d] for d in outer), dst_offset,
-                     tuple(dst_strides[d] for d in outer))
+    return (run, tuple(extent[d] for d in outer), tuple(src_strides[d] for d in outer),
+            tuple(dst_strides[d] for d in outer), src_strides, dst_strides)
 
 
 def split(p: Placement, limit: int):
