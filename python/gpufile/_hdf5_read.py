@@ -76,8 +76,10 @@ def _filter_names(dcpl) -> List[str]:
     return names
 
 
-def storage(dset) -> Tuple[Tuple[int, ...], List[Piece]]:
-    """The dataset's block shape and its stored pieces; refuses what cannot be read as bytes."""
+def storage(dset, start: Optional[Sequence[int]] = None, stop: Optional[Sequence[int]] = None
+            ) -> Tuple[Tuple[int, ...], List[Piece]]:
+    """The dataset's block shape and its pieces that meet the box [start, stop) (default: the
+    whole dataset), in C order; refuses what cannot be read as bytes."""
     import h5py  # type: ignore[import-untyped]  # h5py ships no type information
     name = dset.name
     if dset.dtype.hasobject:
@@ -123,7 +125,9 @@ def storage(dset) -> Tuple[Tuple[int, ...], List[Piece]]:
     else:
         for i in range(dset.id.get_num_chunks()):
             keep(dset.id.get_chunk_info(i))
-    grid = [range(0, n, c) for n, c in zip(shape, chunk)]
+    start = start if start is not None else (0,) * len(shape)
+    stop = stop if stop is not None else shape
+    grid = [range(a // c * c, b, c) for a, b, c in zip(start, stop, chunk)]
     pieces = [Piece(o, chunk, stored.get(o)) for o in itertools.product(*grid)]
     return chunk, pieces
 
@@ -469,8 +473,8 @@ def read(dset, out, selection=None) -> int:
     """See gpufile.hdf5.read."""
     name = dset.name
     dtype = dset.dtype
-    _block, pieces = storage(dset)
     start, stop, out_shape = selection_box(dset.shape, selection)
+    _block, pieces = storage(dset, start, stop)
     target = Target(out, dtype, out_shape, name)
     itemsize = dtype.itemsize
     placed = [(piece, p) for piece in pieces

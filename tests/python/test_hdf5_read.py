@@ -287,3 +287,19 @@ def test_dlpack_out_is_checked_by_its_dtype_and_shape(sparse_file):
         assert gpufile.hdf5.read(d, DLPackOnly(right)) == right.nbytes
         assert right.tobytes() == d[...].tobytes()
     assert not wrong.any()
+
+
+@pytest.mark.parametrize("staging", [64, 4096, hdf5_read.STAGING_BYTES])
+def test_narrow_selections_are_staged_in_pieces(sparse_file, monkeypatch, staging):
+    # A narrow selection of a contiguous dataset, or of a chunk, reads the rows around it in
+    # pieces of at most a quarter of the staging (down to one run a piece).
+    monkeypatch.setattr(hdf5_read, "STAGING_BYTES", staging)
+    with h5py.File(sparse_file, "r") as f:
+        for name, sel in [("contiguous", (slice(5, 120), slice(3, 7))),
+                          ("d4", (slice(1, 9), slice(2, 15), slice(1, 3))),
+                          ("d6", (1, Ellipsis, slice(0, 2)))]:
+            out, want = read_into_host(f[name], sel)
+            assert out.tobytes() == want.tobytes(), (name, sel)
+            if gpufile.cuda_available():
+                got, want = read_into_device(f[name], sel)
+                assert got.tobytes() == want.tobytes(), (name, sel)
