@@ -2,6 +2,8 @@
 host memory (NumPy) and into "device" memory (gpufile.DeviceBuffer: the CUDA test double in CI),
 byte for byte what h5py itself reads. HDF5 is not in the data path; files are written here with
 HDF5's default driver."""
+import ctypes
+import gc
 import os
 
 import h5py
@@ -303,3 +305,35 @@ def test_narrow_selections_are_staged_in_pieces(sparse_file, monkeypatch, stagin
             if gpufile.cuda_available():
                 got, want = read_into_device(f[name], sel)
                 assert got.tobytes() == want.tobytes(), (name, sel)
+
+
+@pytest.mark.skipif("fakecuda" not in os.environ.get("GPUFILE_CUDA_LIBRARY", "")
+                    or not gpufile.cuda_available(), reason="needs the CUDA test double")
+def test_a_failed_copy_raises_and_leaves_nothing_behind(sparse_file):
+    # The third pitched copy of a read fails while the double delays every queued copy: the
+    # read raises gpufile.Error once what was queued landed, and its staging, fill block,
+    # stream and events are all gone; the next read is whole.
+    fake = ctypes.CDLL(os.environ["GPUFILE_CUDA_LIBRARY"])
+    fake.fakecuda_live_device_bytes.restype = ctypes.c_size_t
+
+    def live():
+        gc.collect()
+        return (fake.fakecuda_live_streams(), fake.fakecuda_live_events(),
+                fake.fakecuda_live_device_bytes())
+
+    with h5py.File(sparse_file, "r") as f:
+        d = f["d3"]  # (37, 29) in (8, 7) chunks, some never written: rows staged, fill copied
+        out = gpufile.DeviceBuffer(d.nbytes)
+        gpufile.hdf5.read(d, out)  # whatever gpufile keeps between reads exists from here on
+        before = live()
+        fake.fakecuda_set_async_delay_us(2000)
+        assert fake.fakecuda_fail_call(b"cuMemcpy2DAsync", 3, 1) == 0  # CUDA_ERROR_INVALID_VALUE
+        try:
+            with pytest.raises(gpufile.Error, match="cuMemcpy2DAsync"):
+                gpufile.hdf5.read(d, out)
+        finally:
+            fake.fakecuda_reset_faults()
+            fake.fakecuda_set_async_delay_us(0)
+        assert live() == before
+        gpufile.hdf5.read(d, out)
+        assert device_bytes(out).tobytes() == d[...].tobytes()
