@@ -878,7 +878,10 @@ TEST_F(Driver, InvalidPitchedCopiesFailAndCopyNothing) {
   gc::CUDA_MEMCPY2D c = pitched(d2, pitch, d, pitch, width, rows);
   EXPECT_EQ(D.Memcpy2DAsync(nullptr, s), CUDA_ERROR_INVALID_VALUE);
   c.dstPitch = width - 1;
-  EXPECT_EQ(D.Memcpy2DAsync(&c, s), CUDA_ERROR_INVALID_VALUE) << "pitch below the width";
+  // The double says CUDA_ERROR_INVALID_VALUE; which error the driver gives is not probed yet.
+  const gc::CUresult below = D.Memcpy2DAsync(&c, s);
+  EXPECT_NE(below, CUDA_SUCCESS) << "pitch below the width";
+  if (fake()) EXPECT_EQ(below, CUDA_ERROR_INVALID_VALUE);
   int max_pitch = 0;
   ASSERT_EQ(D.DeviceGetAttribute(&max_pitch, gc::CU_DEVICE_ATTRIBUTE_MAX_PITCH, 0), 0);
   EXPECT_GT(max_pitch, 0);
