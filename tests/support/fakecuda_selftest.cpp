@@ -876,7 +876,6 @@ TEST_F(Driver, InvalidPitchedCopiesFailAndCopyNothing) {
   ASSERT_EQ(D.MemcpyHtoD(d2, zeros.data(), zeros.size()), 0);
   gc::CUstream s = stream();
   gc::CUDA_MEMCPY2D c = pitched(d2, pitch, d, pitch, width, rows);
-  EXPECT_EQ(D.Memcpy2DAsync(nullptr, s), CUDA_ERROR_INVALID_VALUE);
   c.dstPitch = width - 1;
   // The double says CUDA_ERROR_INVALID_VALUE; which error the driver gives is not probed yet.
   const gc::CUresult below = D.Memcpy2DAsync(&c, s);
@@ -885,7 +884,8 @@ TEST_F(Driver, InvalidPitchedCopiesFailAndCopyNothing) {
   int max_pitch = 0;
   ASSERT_EQ(D.DeviceGetAttribute(&max_pitch, gc::CU_DEVICE_ATTRIBUTE_MAX_PITCH, 0), 0);
   EXPECT_GT(max_pitch, 0);
-  if (fake()) {
+  if (fake()) {  // not asked of the driver: no probe recorded what it does with these
+    EXPECT_EQ(D.Memcpy2DAsync(nullptr, s), CUDA_ERROR_INVALID_VALUE);
     c = pitched(d2, size_t(max_pitch) + 1, d, pitch, width, 1);
     EXPECT_EQ(D.Memcpy2DAsync(&c, s), CUDA_ERROR_INVALID_VALUE) << "pitch above the maximum";
     c = pitched(d2, pitch, d, pitch, width, rows + 1);
