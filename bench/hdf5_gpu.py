@@ -3,17 +3,29 @@
 today (SEC2 into host memory, then a copy to the GPU), every number from one run on the GPU
 machine, every byte checked.
 
-    python3 bench/hdf5_gpu.py --plugin-dir DIR [--dir /tmp] [--size-gib 4] [--repeat 3]
+    python3 bench/hdf5_gpu.py --plugin-dir DIR [--dir /tmp] [--size-gib 1 8] [--repeat 3]
+                              [--chunks 256x1024 --row-elems 4096] [--json rows.json]
 
 DIR holds libgpufile_hdf5.so (gpufile.hdf5.plugin_path(), or <build>/hdf5/plugins); needs h5py
-(any wheel with HDF5 1.14 or 2.0), NumPy and CuPy. GPU memory goes to HDF5 through H5Dread/
-H5Dwrite of h5py's own libhdf5 (ctypes): a contiguous uint32 dataset, memory type = file type.
+(any wheel with HDF5 1.14 or 2.0), NumPy, CuPy and gpufile. GPU memory goes to HDF5 through
+H5Dread/H5Dwrite of h5py's own libhdf5 (ctypes): a uint32 dataset, memory type = file type.
 
-Cases, each in a fresh process (HDF5 picks the driver from the environment at start):
-  read  gpufile  H5Dread straight into a CuPy array (cold: page cache dropped first; warm)
-  read  sec2     H5Dread into NumPy memory, then cupy.asarray (the copy)       (cold; warm)
-  write gpufile  H5Dwrite from a CuPy array, file closed (no fsync)
-  write sec2     cupy.asnumpy, then H5Dwrite from NumPy memory, file closed
+Cases per size, each in a fresh process (HDF5 picks the driver from the environment at start):
+  contiguous dataset (n,):
+    read  gpufile     H5Dread straight into a CuPy array (cold: page cache dropped first; warm)
+    read  hdf5.read   gpufile.hdf5.read straight into a CuPy array, HDF5 not in the data path
+    read  sec2        H5Dread into NumPy memory, then cupy.asarray (the copy)       (cold; warm)
+    write gpufile     H5Dwrite from a CuPy array, file closed (no fsync)
+    write sec2        cupy.asnumpy, then H5Dwrite from NumPy memory, file closed
+  chunked dataset (n / row_elems, row_elems), unfiltered, written once by SEC2:
+    read  hdf5.read   gpufile.hdf5.read into a CuPy array: chunks read by gpufile into device
+                      staging, rows placed by device-to-device copies  (cold; warm)
+    read  sec2        H5Dread into NumPy memory (HDF5 assembles the chunks), then cupy.asarray
+
+Every byte read is checked against what was written. Without a GPU, the harness runs end to end
+against the CUDA driver test double with bench/standin's CuPy stand-in (timings meaningless):
+    GPUFILE_CUDA_LIBRARY=<build>/tests/support/fakecuda/libcuda.so.1 \
+      PYTHONPATH=bench/standin:<gpufile on the path> python3 bench/hdf5_gpu.py ... --no-cold
 """
 import argparse
 import ctypes
@@ -55,32 +67,73 @@ def counters(plugin_dir):
     return dict(zip(names, out))
 
 
+def drop_caches():
+    os.sync()
+    with open("/proc/sys/vm/drop_caches", "w") as f:
+        f.write("3\n")
+
+
+def shape_of(spec):
+    n = spec["n"]
+    return (n,) if spec["layout"] == "contiguous" else (n // spec["row_elems"], spec["row_elems"])
+
+
+def prepare_chunked(spec):
+    """Writes the chunked dataset through SEC2 from host memory, a slab of rows at a time."""
+    import h5py
+    import numpy as np
+    rows, cols = shape_of(spec)
+    with h5py.File(spec["path"], "w", driver="sec2") as f:
+        d = f.create_dataset("x", shape=(rows, cols), dtype="<u4", chunks=tuple(spec["chunks"]))
+        step = max(spec["chunks"][0], (64 << 20) // (cols * 4))
+        for r in range(0, rows, step):
+            stop = min(rows, r + step)
+            d[r:stop] = np.arange(r * cols, stop * cols, dtype=np.uint32).reshape(stop - r, cols)
+
+
+def read_case(spec, lib):
+    import cupy as cp
+    import h5py
+    import numpy as np
+    shape = shape_of(spec)
+    with h5py.File(spec["path"], "r") as f:
+        d = f["x"]
+        if spec["driver"] == "gpufile":
+            dev = cp.empty(shape, dtype=cp.uint32)
+            dataset_io(lib.H5Dread, d, dev.data.ptr)
+        elif spec["driver"] == "hdf5.read":
+            import gpufile.hdf5
+            dev = cp.empty(shape, dtype=cp.uint32)
+            gpufile.hdf5.read(d, dev)
+        else:
+            host = np.empty(shape, dtype=np.uint32)
+            dataset_io(lib.H5Dread, d, host.ctypes.data)
+            dev = cp.asarray(host)
+    cp.cuda.runtime.deviceSynchronize()
+    return dev
+
+
 def worker(spec):
     """One case in this process; prints RESULT {json}."""
     import cupy as cp
     import h5py
     import numpy as np
     lib = libhdf5()
-    n, path, op = spec["n"], spec["path"], spec["op"]
+    path, op = spec["path"], spec["op"]
+    if op == "prepare":
+        prepare_chunked(spec)
+        print("RESULT " + json.dumps(dict(spec, ok=True)), flush=True)
+        return
+    n = int(np.prod(shape_of(spec)))
     expected = cp.arange(n, dtype=cp.uint32)
     cp.cuda.runtime.deviceSynchronize()
     if op == "read":
         if spec["cold"]:
-            os.sync()
-            with open("/proc/sys/vm/drop_caches", "w") as f:
-                f.write("3\n")
+            drop_caches()
         t0 = time.perf_counter()
-        with h5py.File(path, "r") as f:
-            if spec["driver"] == "gpufile":
-                dev = cp.empty(n, dtype=cp.uint32)
-                dataset_io(lib.H5Dread, f["x"], dev.data.ptr)
-            else:
-                host = np.empty(n, dtype=np.uint32)
-                dataset_io(lib.H5Dread, f["x"], host.ctypes.data)
-                dev = cp.asarray(host)
-        cp.cuda.runtime.deviceSynchronize()
+        dev = read_case(spec, lib)
         seconds = time.perf_counter() - t0
-        ok = bool(cp.array_equal(dev, expected))
+        ok = bool(cp.array_equal(dev.reshape(-1), expected))
     else:
         t0 = time.perf_counter()
         with h5py.File(path, "w") as f:
@@ -99,8 +152,10 @@ def worker(spec):
     print("RESULT " + json.dumps(result), flush=True)
 
 
-def run_case(args, **spec):
-    spec.update(n=int(args.size_gib * GIB) // 4, plugin_dir=os.path.abspath(args.plugin_dir))
+def run_case(args, size_gib, **spec):
+    spec.update(n=int(size_gib * GIB) // 4, size_gib=size_gib,
+                plugin_dir=os.path.abspath(args.plugin_dir), row_elems=args.row_elems,
+                chunks=[int(c) for c in args.chunks.split("x")])
     env = {k: v for k, v in os.environ.items() if not k.startswith("HDF5_")}
     if spec["driver"] == "gpufile":
         env.update(HDF5_PLUGIN_PATH=spec["plugin_dir"], HDF5_DRIVER="gpufile")
@@ -114,39 +169,77 @@ def run_case(args, **spec):
     return dict(spec, ok=False, error=(p.stdout + p.stderr)[-2000:])
 
 
+# (op, layout, cold, driver) in the table's order.
+TABLE = [(op, layout, cold, driver)
+         for op, layout, cold in (("read", "contiguous", True), ("read", "contiguous", False),
+                                  ("read", "chunked", True), ("read", "chunked", False),
+                                  ("write", "contiguous", False))
+         for driver in ("gpufile", "hdf5.read", "sec2")]
+
+
+def cases_of_one_size(args, size_gib):
+    contiguous = os.path.join(args.dir, "gpufile_hdf5_bench.h5")
+    chunked = os.path.join(args.dir, "gpufile_hdf5_bench_chunked.h5")
+    colds = (False,) if args.no_cold else (True, False)
+    rows = []
+    prepared = run_case(args, size_gib, op="prepare", layout="chunked", driver="sec2",
+                        path=chunked, cold=False)
+    if not prepared["ok"]:
+        return [prepared]
+    for _ in range(args.repeat):
+        for driver in ("gpufile", "sec2"):   # writes first: each leaves the file to read
+            rows.append(run_case(args, size_gib, op="write", layout="contiguous", driver=driver,
+                                 path=contiguous, cold=False))
+            for cold in colds:
+                for reader in ((driver, "hdf5.read") if driver == "gpufile" else (driver,)):
+                    rows.append(run_case(args, size_gib, op="read", layout="contiguous",
+                                         driver=reader, path=contiguous, cold=cold))
+        for driver in ("hdf5.read", "sec2"):
+            for cold in colds:
+                rows.append(run_case(args, size_gib, op="read", layout="chunked", driver=driver,
+                                     path=chunked, cold=cold))
+    os.unlink(contiguous)
+    os.unlink(chunked)
+    return rows
+
+
+def print_table(rows, args):
+    print(f"| size | case | layout | path | GiB/s (median of {args.repeat}) | all | bytes checked |")
+    print("|---|---|---|---|---|---|---|")
+    for size in args.size_gib:
+        for op, layout, cold, driver in TABLE:
+            rs = [r for r in rows if r["size_gib"] == size and r["op"] == op
+                  and r.get("layout") == layout and r["driver"] == driver and r.get("cold") == cold]
+            if not rs:
+                continue
+            speeds = [r.get("gib_s", 0.0) for r in rs]
+            case = f"{op} {'cold' if cold else 'warm'}" if op == "read" else op
+            print(f"| {size:g} GiB | {case} | {layout} | {driver} | {statistics.median(speeds):.2f} | "
+                  f"{', '.join(f'{s:.2f}' for s in speeds)} | "
+                  f"{'ok' if all(r['ok'] for r in rs) else 'FAILED'} |")
+
+
 def main():
     if len(sys.argv) == 3 and sys.argv[1] == "worker":
         return worker(json.loads(sys.argv[2]))
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--plugin-dir", required=True)
     ap.add_argument("--dir", default="/tmp")
-    ap.add_argument("--size-gib", type=float, default=4)
+    ap.add_argument("--size-gib", type=float, nargs="+", default=[4],
+                    help="dataset sizes, each a run of every case (the issue asks for 1 and 8)")
     ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--chunks", default="256x1024",
+                    help="chunk shape (rows x elements) of the chunked dataset")
+    ap.add_argument("--row-elems", type=int, default=4096,
+                    help="uint32 elements per row of the chunked dataset")
     ap.add_argument("--config", default="", help="the driver's configuration string")
     ap.add_argument("--no-cold", action="store_true", help="skip the cold reads (no root)")
     ap.add_argument("--json", help="write every row here")
     args = ap.parse_args()
-    path = os.path.join(args.dir, "gpufile_hdf5_bench.h5")
     rows = []
-    for i in range(args.repeat):
-        for driver in ("gpufile", "sec2"):   # writes first: each leaves the file to read
-            rows.append(run_case(args, op="write", driver=driver, path=path, cold=False))
-            for cold in ((False,) if args.no_cold else (True, False)):
-                rows.append(run_case(args, op="read", driver=driver, path=path, cold=cold))
-    os.unlink(path)
-    print(f"| case | driver | GiB/s (median of {args.repeat}) | all | bytes checked |")
-    print("|---|---|---|---|---|")
-    for op, cold in (("read", True), ("read", False), ("write", False)):
-        for driver in ("gpufile", "sec2"):
-            rs = [r for r in rows if r["op"] == op and r["driver"] == driver
-                  and r.get("cold") == cold]
-            speeds = [r.get("gib_s", 0.0) for r in rs]
-            if not rs:
-                continue
-            case = f"{op} {'cold' if cold else 'warm'}" if op == "read" else op
-            print(f"| {case} | {driver} | {statistics.median(speeds):.2f} | "
-                  f"{', '.join(f'{s:.2f}' for s in speeds)} | "
-                  f"{'ok' if all(r['ok'] for r in rs) else 'FAILED'} |")
+    for size in args.size_gib:
+        rows += cases_of_one_size(args, size)
+    print_table(rows, args)
     for r in rows:
         if not r["ok"]:
             print("FAILED:", json.dumps(r)[:3000])

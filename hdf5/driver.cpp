@@ -22,6 +22,7 @@
 #include "api/file.hpp"
 #include "core/config.hpp"
 #include "core/log.hpp"
+#include "core/stats.hpp"
 #include "cuda/memory.hpp"
 #include "driver_config.hpp"
 #include "exec/runtime.hpp"
@@ -468,6 +469,18 @@ __attribute__((visibility("default"))) int gpufile_hdf5_get_counters(
   out->device_bytes_read = c.device_bytes_read.load();
   out->device_bytes_written = c.device_bytes_written.load();
   return 0;
+}
+
+__attribute__((visibility("default"))) size_t gpufile_hdf5_get_stats_json(char* buf,
+                                                                          size_t size) {
+  const std::string json =
+      gpufile::stats::summary_json(gpufile::stats::snapshot(), gpufile::cuda::live_pinned_bytes());
+  if (buf != nullptr && size > json.size()) std::memcpy(buf, json.c_str(), json.size() + 1);
+  return json.size();
+}
+
+__attribute__((visibility("default"))) void gpufile_hdf5_reset_stats(void) {
+  gpufile::stats::reset();
 }
 
 }  // extern "C"

@@ -34,12 +34,13 @@ build/venv/bin/python -m pip install -q --upgrade pip
 build/venv/bin/python -m pip install -q ".[test]"
 GPUFILE_CUDA_LIBRARY="$PWD/build/test/tests/support/fakecuda/libcuda.so.1" \
   build/venv/bin/python -m pytest -q tests/python
-# The HDF5 driver (docs/hdf5.md) against the other HDF5 line h5py's wheels bundle: the run above
-# had the newest h5py of the test extras (HDF5 2.0); h5py 3.14 bundles HDF5 1.14.6.
+# The HDF5 driver and gpufile.hdf5.read (docs/hdf5.md) against the other HDF5 line h5py's wheels
+# bundle: the run above had the newest h5py of the test extras (HDF5 2.0); h5py 3.14 bundles
+# HDF5 1.14.6.
 echo "== gpufile tests: python, HDF5 driver on HDF5 1.14 (h5py 3.14)"
 build/venv/bin/python -m pip install -q "h5py==3.14.0"
 GPUFILE_CUDA_LIBRARY="$PWD/build/test/tests/support/fakecuda/libcuda.so.1" \
-  build/venv/bin/python -m pytest -q tests/python/test_hdf5.py
+  build/venv/bin/python -m pytest -q tests/python/test_hdf5.py tests/python/test_hdf5_read.py
 # Coverage-guided fuzzing of the inputs gpufile parses (tests/fuzz; docs/reliability.md,
 # "Fuzzing"): cufile.json and gdsio job files with libFuzzer (clang, the fuzz targets and the
 # library under ASan+UBSan), safetensors headers with atheris in the virtual environment above.

@@ -15,6 +15,7 @@
 #ifndef GPUFILE_HDF5_H
 #define GPUFILE_HDF5_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 #ifdef __cplusplus
@@ -51,6 +52,16 @@ typedef struct gpufile_hdf5_counters {
 
 /* Fills *out; returns 0. */
 int gpufile_hdf5_get_counters(gpufile_hdf5_counters* out);
+
+/* The statistics of the plugin's own copy of gpufile's runtime, as gpufile.stats() gives its
+ * own (a JSON object: per operation the calls, bytes and bytes per data path, then the level and
+ * the pinned staging held now). Writes it, NUL-terminated, into buf when `size` leaves room;
+ * returns its length without the NUL either way (call with NULL, 0 to size a buffer). Python's
+ * gpufile.stats() adds these to the extension's when the plugin is loaded in the process. */
+size_t gpufile_hdf5_get_stats_json(char* buf, size_t size);
+
+/* Zeroes those statistics (not the counters above); gpufile.stats_reset() calls it. */
+void gpufile_hdf5_reset_stats(void);
 
 #ifdef __cplusplus
 }

@@ -27,9 +27,9 @@ from ._gpufile import (
     engine,
     set_setting,
     settings,
-    stats,
-    stats_reset,
 )
+from ._gpufile import stats as _runtime_stats
+from ._gpufile import stats_reset as _runtime_stats_reset
 from ._arrays import DeviceArray
 
 __version__ = "0.1.0"
@@ -48,3 +48,34 @@ def open(path: "str | os.PathLike[str]", mode: str = "r") -> File:  # noqa: A001
     keep its contents (writes go to the offsets given: cuFile has no appending mode).
     """
     return File(os.fspath(path), mode)
+
+
+def stats() -> dict:
+    """Per-operation calls, bytes and bytes per data path, the stats level and the pinned
+    staging held now, for this process: gpufile's runtime, plus, when the HDF5 plugin is loaded
+    here, its own copy of the runtime (added in; its driver's counters under "hdf5_driver",
+    see gpufile.hdf5.counters)."""
+    out = _runtime_stats()
+    from . import hdf5
+    plugin = hdf5.runtime_stats()
+    if plugin is not None:
+        for op in ("read", "write"):
+            _add(out[op], plugin[op])
+        out["pinned_staging_bytes"] += plugin["pinned_staging_bytes"]
+        out["hdf5_driver"] = hdf5.counters()
+    return out
+
+
+def stats_reset() -> None:
+    """Zeroes the counters of stats() (the HDF5 driver's own counters excepted)."""
+    _runtime_stats_reset()
+    from . import hdf5
+    hdf5.reset_runtime_stats()
+
+
+def _add(into: dict, more: dict) -> None:
+    for key, value in more.items():
+        if isinstance(value, dict):
+            _add(into[key], value)
+        else:
+            into[key] += value

@@ -98,6 +98,42 @@ class _Counters(ctypes.Structure):
     _fields_ = [(name, ctypes.c_uint64) for name in _COUNTERS]
 
 
+def _loaded_plugin() -> Optional[ctypes.CDLL]:
+    """The plugin if this process has loaded it already (HDF5 through HDF5_PLUGIN_PATH, or
+    register_h5py/counters), else None; never loads it."""
+    try:
+        path = plugin_file()
+    except FileNotFoundError:
+        return None
+    try:
+        return ctypes.CDLL(path, mode=os.RTLD_NOLOAD | os.RTLD_NOW)
+    except OSError:
+        return None
+
+
+def runtime_stats() -> Optional[Dict]:
+    """The statistics of the plugin's own copy of gpufile's runtime, shaped as gpufile.stats()'s
+    (gpufile_hdf5_get_stats_json); None when the plugin is not loaded in this process.
+    gpufile.stats() adds them to the extension's."""
+    lib = _loaded_plugin()
+    if lib is None:
+        return None
+    lib.gpufile_hdf5_get_stats_json.restype = ctypes.c_size_t
+    lib.gpufile_hdf5_get_stats_json.argtypes = [ctypes.c_char_p, ctypes.c_size_t]
+    size = lib.gpufile_hdf5_get_stats_json(None, 0)
+    buf = ctypes.create_string_buffer(size + 1)
+    lib.gpufile_hdf5_get_stats_json(buf, size + 1)
+    import json
+    return json.loads(buf.value.decode())
+
+
+def reset_runtime_stats() -> None:
+    """Zeroes the plugin runtime's statistics (not its counters()), if it is loaded."""
+    lib = _loaded_plugin()
+    if lib is not None:
+        lib.gpufile_hdf5_reset_stats()
+
+
 def counters() -> Dict[str, int]:
     """What the driver moved in this process so far (gpufile_hdf5_get_counters).
 
@@ -112,32 +148,27 @@ def counters() -> Dict[str, int]:
     return {name: int(getattr(out, name)) for name in _COUNTERS}
 
 
-def read(dset, out) -> int:
-    """Reads a contiguous h5py dataset's bytes from its file straight into ``out`` through
-    gpufile, HDF5 not involved: ``out`` is any buffer ``gpufile.File.read`` takes (CuPy, PyTorch,
-    ``gpufile.DeviceBuffer``, NumPy), of at least ``dset.nbytes``. Works whichever driver opened
-    the file. Returns the bytes read.
+def read(dset, out, selection=None) -> int:
+    """Reads an h5py dataset (or a selection of it) from its file straight into ``out`` through
+    gpufile, HDF5 not in the data path; returns the bytes placed. Works whichever driver opened
+    the file.
 
-    The bytes are the file's: ``dset.dtype`` says their type and byte order, no conversion is
-    made. What this process wrote through h5py must be flushed first (``dset.file.flush()``).
-    Chunked, compressed and external datasets are refused (not done yet: docs/hdf5.md).
+    ``out`` is GPU memory (CuPy, PyTorch, anything with ``__cuda_array_interface__``,
+    ``gpufile.DeviceBuffer``) or host memory (NumPy, anything with the buffer protocol),
+    C-contiguous, either of the selection's shape and of ``dset.dtype`` exactly (byte order
+    included: no conversion is made), or a 1-D byte buffer of at least the selection's bytes.
+    ``selection`` is what ``dset[...]`` takes made of slices with step 1, integers and one
+    Ellipsis (None: the whole dataset).
+
+    Contiguous and chunked datasets, unfiltered: each chunk's bytes are read by gpufile, many at
+    once, into their place in ``out`` or, when a chunk lands as many short rows, into staging in
+    the same memory as ``out`` and placed from there (for a GPU array by device-to-device copies:
+    no host memory on the way). Storage never written gets the fill value, as HDF5 gives it
+    (nothing, as HDF5, when the fill time is "never"). Filtered (compressed), compact, external,
+    virtual and variable-length datasets are refused with ValueError naming the reason.
+
+    What this process wrote through h5py must be flushed first (``dset.file.flush()``). A file
+    shorter than its index says raises OSError; bytes already placed in ``out`` stay there.
     """
-    if dset.chunks is not None or dset.compression is not None:
-        raise ValueError(f"{dset.name}: chunked datasets are not read by gpufile.hdf5.read yet "
-                         "(only contiguous ones)")
-    if dset.external:
-        raise ValueError(f"{dset.name}: stored in external files")
-    # Storage size first: with a user block, HDF5 offsets even an unallocated address.
-    nbytes = dset.id.get_storage_size()
-    offset = dset.id.get_offset()
-    if offset is None or (nbytes == 0 and dset.nbytes > 0):
-        raise ValueError(f"{dset.name}: no storage allocated (never written)")
-    if nbytes != dset.nbytes:
-        raise ValueError(f"{dset.name}: {nbytes} bytes stored for {dset.nbytes} expected")
-    from . import open as gpufile_open
-    with gpufile_open(dset.file.filename) as f:
-        n = f.read(out, size=nbytes, file_offset=offset)
-    if n != nbytes:
-        raise OSError(f"{dset.name}: read {n} of {nbytes} bytes: the file is shorter than HDF5 "
-                      "says (truncated?)")
-    return n
+    from ._hdf5_read import read as read_pieces
+    return read_pieces(dset, out, selection)

@@ -21,6 +21,7 @@
 #include "device_buffer.hpp"
 #include "errors.hpp"
 #include "exec/runtime.hpp"
+#include "rows.hpp"
 
 namespace nb = nanobind;
 using namespace nb::literals;
@@ -351,31 +352,9 @@ void set_setting(const std::string& key, nb::handle value) {
   if (!problem.empty()) throw nb::value_error(problem.c_str());
 }
 
-nb::dict stats_dict() {
-  stats::Snapshot s = stats::snapshot();
-  static const char* const kPathNames[] = {"staged_direct", "page_cache", "host_direct", "small_io",
-                                           "page_cache_dma"};
-  static_assert(std::size(kPathNames) == stats::kPaths);
-  nb::dict out;
-  for (int op = 0; op < stats::kOps; ++op) {
-    nb::dict d, paths;
-    const stats::OpTotals& t = s.ops[op];
-    d["calls_ok"] = t.calls.ok;
-    d["calls_failed"] = t.calls.err;
-    d["bytes"] = t.bytes;
-    for (int p = 0; p < stats::kPaths; ++p) {
-      nb::dict pd;
-      pd["bytes"] = s.paths[op][p].bytes;
-      pd["ops"] = s.paths[op][p].ops;
-      paths[kPathNames[p]] = pd;
-    }
-    d["paths"] = paths;
-    out[op == 0 ? "read" : "write"] = d;
-  }
-  out["level"] = s.level;
+nb::object stats_dict() {
   // Pinned staging memory held now (slabs of the open driver); 0 after driver_close().
-  out["pinned_staging_bytes"] = cuda::live_pinned_bytes();
-  return out;
+  return json_loads(stats::summary_json(stats::snapshot(), cuda::live_pinned_bytes()));
 }
 
 }  // namespace
@@ -453,6 +432,7 @@ NB_MODULE(_gpufile, m) {
            nb::rv_policy::take_ownership);
 
   register_device_buffer(m);
+  register_rows(m);
 
   m.def("settings", &settings, "Every setting by its cufile.json key: the open driver's, else what the next open would use.");
   m.def("set_setting", &set_setting, "key"_a, "value"_a,

@@ -329,4 +329,28 @@ uint64_t posix_ops(const Snapshot& s, Op op) {
          s.paths[i][static_cast<int>(Path::page_cache_dma)].ops;
 }
 
+std::string summary_json(const Snapshot& s, uint64_t pinned_staging_bytes) {
+  static const char* const kOpNames[kOps] = {"read", "write"};
+  static const char* const kPathNames[] = {"staged_direct", "page_cache", "host_direct",
+                                           "small_io", "page_cache_dma"};
+  static_assert(std::size(kPathNames) == kPaths);
+  auto field = [](const char* name, uint64_t v) {
+    return "\"" + std::string(name) + "\": " + std::to_string(v);
+  };
+  std::string out = "{";
+  for (int op = 0; op < kOps; ++op) {
+    const OpTotals& t = s.ops[op];
+    out += "\"" + std::string(kOpNames[op]) + "\": {" + field("calls_ok", t.calls.ok) + ", " +
+           field("calls_failed", t.calls.err) + ", " + field("bytes", t.bytes) + ", \"paths\": {";
+    for (int p = 0; p < kPaths; ++p) {
+      out += std::string(p ? ", " : "") + "\"" + kPathNames[p] + "\": {" +
+             field("bytes", s.paths[op][p].bytes) + ", " + field("ops", s.paths[op][p].ops) + "}";
+    }
+    out += "}}, ";
+  }
+  out += field("level", static_cast<uint64_t>(s.level)) + ", " +
+         field("pinned_staging_bytes", pinned_staging_bytes) + "}";
+  return out;
+}
+
 }  // namespace gpufile::stats

@@ -10,6 +10,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <string>
 
 namespace gpufile::stats {
 
@@ -143,6 +144,13 @@ BatchRates batch_rates(const BatchTotals& b);
 // Operations that went through the kernel's file IO (cuFile's per-GPU "posix" counters): the
 // staged-direct and page-cache pieces. gpufile has no nvidia-fs path, so nvfs/p2p stay 0.
 uint64_t posix_ops(const Snapshot& s, Op op);
+
+// The summary gpufile.stats() gives, as a JSON object: per operation ("read", "write") the
+// calls that succeeded and failed, the bytes, and bytes and pieces per data path ("paths", by
+// the names of Path); then the stats level and `pinned_staging_bytes` (staging held now, which
+// the caller knows: core does not). One writer for the Python extension and the HDF5 plugin,
+// whose runtime is a copy of its own, so that gpufile.stats() can add the two up.
+std::string summary_json(const Snapshot& s, uint64_t pinned_staging_bytes);
 
 // Bytes per second for `bytes` moved in `window_ns`; 0 for an empty window.
 uint64_t per_second(uint64_t amount, uint64_t window_ns);

@@ -70,6 +70,31 @@ struct CUmemcpyAttributes {
 static_assert(sizeof(CUmemcpyAttributes) == 24, "cuda.h's CUmemcpyAttributes_v1");
 inline constexpr int CU_MEMCPY_SRC_ACCESS_ORDER_STREAM = 1;  // the source is read in stream order
 
+// cuMemcpy2DAsync's description of a pitched copy: Height rows of WidthInBytes, each side's
+// rows Pitch bytes apart, starting (XInBytes, Y) into its memory. 128 bytes, as cuda.h's
+// CUDA_MEMCPY2D_v2. Pitches may not pass the device's CU_DEVICE_ATTRIBUTE_MAX_PITCH.
+using CUarray = struct CUarray_st*;
+struct CUDA_MEMCPY2D {
+  size_t srcXInBytes = 0;
+  size_t srcY = 0;
+  unsigned srcMemoryType = 0;  // CUmemorytype
+  const void* srcHost = nullptr;
+  CUdeviceptr srcDevice = 0;
+  CUarray srcArray = nullptr;
+  size_t srcPitch = 0;
+  size_t dstXInBytes = 0;
+  size_t dstY = 0;
+  unsigned dstMemoryType = 0;
+  void* dstHost = nullptr;
+  CUdeviceptr dstDevice = 0;
+  CUarray dstArray = nullptr;
+  size_t dstPitch = 0;
+  size_t WidthInBytes = 0;
+  size_t Height = 0;
+};
+static_assert(sizeof(CUDA_MEMCPY2D) == 128, "cuda.h's CUDA_MEMCPY2D_v2");
+inline constexpr int CU_DEVICE_ATTRIBUTE_MAX_PITCH = 11;
+
 // X(name-in-this-table, symbol-in-libcuda, return, parameters)
 #define GPUFILE_CUDA_DRIVER_FUNCTIONS(X)                                                         \
   X(Init, "cuInit", CUresult, (unsigned flags))                                                   \
@@ -99,6 +124,7 @@ inline constexpr int CU_MEMCPY_SRC_ACCESS_ORDER_STREAM = 1;  // the source is re
   X(MemcpyHtoDAsync, "cuMemcpyHtoDAsync_v2", CUresult,                                           \
     (CUdeviceptr, const void*, size_t, CUstream))                                                 \
   X(MemcpyDtoHAsync, "cuMemcpyDtoHAsync_v2", CUresult, (void*, CUdeviceptr, size_t, CUstream))    \
+  X(Memcpy2DAsync, "cuMemcpy2DAsync_v2", CUresult, (const CUDA_MEMCPY2D*, CUstream))              \
   X(StreamCreate, "cuStreamCreate", CUresult, (CUstream*, unsigned flags))                        \
   X(StreamDestroy, "cuStreamDestroy_v2", CUresult, (CUstream))                                    \
   X(StreamSynchronize, "cuStreamSynchronize", CUresult, (CUstream))                               \

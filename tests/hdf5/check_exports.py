@@ -4,7 +4,7 @@ import subprocess
 import sys
 
 EXPECTED = {"H5PLget_plugin_type", "H5PLget_plugin_info", "H5Pset_fapl_gpufile",
-            "gpufile_hdf5_get_counters"}
+            "gpufile_hdf5_get_counters", "gpufile_hdf5_get_stats_json", "gpufile_hdf5_reset_stats"}
 
 out = subprocess.run(["nm", "-D", "--defined-only", sys.argv[1]], check=True,
                      capture_output=True, text=True).stdout

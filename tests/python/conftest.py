@@ -37,3 +37,17 @@ def device_bytes(buf, nbytes=None, offset=0) -> np.ndarray:
 
 needs_gpu_driver = pytest.mark.skipif(not gpufile.cuda_available(),
                                       reason="no CUDA driver (nor its test double)")
+
+
+class DLPackOnly:
+    """Offers `owner`'s memory through DLPack alone (no buffer protocol, no CUDA array
+    interface), as PyTorch CPU tensors and JAX arrays do."""
+
+    def __init__(self, owner):
+        self.owner = owner
+
+    def __dlpack__(self, **kwargs):
+        return self.owner.__dlpack__(**kwargs)
+
+    def __dlpack_device__(self):
+        return self.owner.__dlpack_device__()

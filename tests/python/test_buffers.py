@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 import gpufile
-from conftest import device_bytes, needs_gpu_driver
+from conftest import DLPackOnly, device_bytes, needs_gpu_driver
 
 FAKE = os.environ.get("GPUFILE_CUDA_LIBRARY", "")
 needs_fake = pytest.mark.skipif("fakecuda" not in FAKE or not gpufile.cuda_available(),
@@ -230,19 +230,6 @@ def on_a_new_thread(fake, fn):
         raise out["error"]
     assert out["before"] is None and out["after"] is None
     return out["result"]
-
-
-class DLPackOnly:
-    """Exports a DeviceBuffer through DLPack alone (the producer is asked for stream 1)."""
-
-    def __init__(self, owner):
-        self.owner = owner
-
-    def __dlpack__(self, **kwargs):
-        return self.owner.__dlpack__(**kwargs)
-
-    def __dlpack_device__(self):
-        return self.owner.__dlpack_device__()
 
 
 @needs_fake

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 import gpufile
-from conftest import device_bytes, needs_gpu_driver
+from conftest import DLPackOnly, device_bytes, needs_gpu_driver
 
 MiB = 1 << 20
 
@@ -63,18 +63,6 @@ def test_buffer_protocol_objects(data_file, make):
     with gpufile.open(path) as f:
         assert f.read(buf) == 64 * 1024
     assert bytes(memoryview(buf).cast("B")) == data.tobytes()
-
-
-class DLPackOnly:
-    """Offers its memory through DLPack alone (like a CPU torch tensor)."""
-    def __init__(self, inner):
-        self.inner = inner
-
-    def __dlpack__(self, **kw):
-        return self.inner.__dlpack__(**kw)
-
-    def __dlpack_device__(self):
-        return self.inner.__dlpack_device__()
 
 
 def test_dlpack_host_memory(data_file):

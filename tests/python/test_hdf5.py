@@ -421,24 +421,63 @@ def test_driver_callbacks_keep_sec2_semantics(tmp_path):
 
 @pytest.mark.parametrize("userblock", [None, 4096])
 def test_read_contiguous_dataset_straight_into_memory(tmp_path, userblock):
-    # gpufile.hdf5.read: the dataset's bytes from the file through gpufile, HDF5 not involved.
+    # gpufile.hdf5.read: the dataset's bytes from the file through gpufile, HDF5 not involved
+    # (chunked datasets and selections: test_hdf5_read.py).
     path = tmp_path / "direct.h5"
     values = np.random.default_rng(9).standard_normal(300_001).astype(">f4")  # byte order kept
     with h5py.File(path, "w", userblock_size=userblock) as f:
         f["x"] = values
-        f.create_dataset("chunked", data=values[:100], chunks=(10,))
-        f.create_dataset("unwritten", shape=(10,), dtype="<i4")
+        f.create_dataset("unwritten", shape=(10,), dtype="<i4", fillvalue=-4)
     host = np.empty_like(values)
     with h5py.File(path, "r") as f:
         assert gpufile.hdf5.read(f["x"], host) == values.nbytes
         assert np.array_equal(host, values)
-        with pytest.raises(ValueError, match="chunked"):
-            gpufile.hdf5.read(f["chunked"], host)
-        with pytest.raises(ValueError, match="never written"):
-            gpufile.hdf5.read(f["unwritten"], host)
+        unwritten = np.zeros(10, dtype="<i4")
+        assert gpufile.hdf5.read(f["unwritten"], unwritten) == 40  # the fill value, as HDF5 reads
+        assert unwritten.tolist() == [-4] * 10
         if gpufile.cuda_available():
             dev = gpufile.DeviceBuffer(values.nbytes)
             gpufile.hdf5.read(f["x"], dev)
             back = np.empty_like(values)
             dev.copy_to_host(back)
             assert np.array_equal(back, values)
+
+
+def test_stats_add_up_the_plugin_runtime_and_the_extension(tmp_path):
+    # The plugin carries its own copy of gpufile's runtime; gpufile.stats() adds its statistics
+    # to the extension's once HDF5 has loaded it, and stats_reset() zeroes both.
+    # Calls and bytes are counted from stats level 1 (bytes per path always): both runtimes at 1.
+    path = tmp_path / "stats.h5"
+    r = run_with_driver("""
+import gpufile
+gpufile.set_setting("profile.cufile_stats", 1)
+before = gpufile.stats()
+with h5py.File(sys.argv[1], "w") as f:
+    f["x"] = np.arange(1 << 18, dtype="<f8")
+with h5py.File(sys.argv[1], "r") as f:
+    f["x"][...]
+plugin = gpufile.hdf5.runtime_stats()
+through_hdf5 = gpufile.stats()
+with gpufile.open(sys.argv[1]) as g:                 # the extension's own runtime
+    g.read(bytearray(4096))
+both = gpufile.stats()
+gpufile.stats_reset()
+report(before=before, plugin=plugin, through_hdf5=through_hdf5, both=both,
+       after_reset=gpufile.stats())
+""", path, config="profile.cufile_stats=1")
+    # HDF5 loaded the plugin when it started (HDF5_DRIVER names it): nothing moved yet.
+    assert r["before"]["read"]["bytes"] == r["before"]["hdf5_driver"]["bytes_read"] == 0
+    plugin, through_hdf5, both = r["plugin"], r["through_hdf5"], r["both"]
+    assert plugin["read"]["bytes"] >= (1 << 18) * 8 and plugin["write"]["bytes"] >= (1 << 18) * 8
+    assert plugin["read"]["bytes"] == r["counters"]["bytes_read"]
+    for op in ("read", "write"):
+        assert through_hdf5[op]["bytes"] == plugin[op]["bytes"]
+        assert through_hdf5[op]["calls_ok"] == plugin[op]["calls_ok"]
+    assert through_hdf5["hdf5_driver"]["bytes_read"] == plugin["read"]["bytes"]
+    assert both["read"]["bytes"] == plugin["read"]["bytes"] + 4096
+    assert both["read"]["calls_ok"] == plugin["read"]["calls_ok"] + 1
+    for stats in (plugin, both):
+        assert sum(p["bytes"] for p in stats["read"]["paths"].values()) == stats["read"]["bytes"]
+    for op in ("read", "write"):
+        assert r["after_reset"][op]["bytes"] == 0 and r["after_reset"][op]["calls_ok"] == 0
+    assert r["after_reset"]["hdf5_driver"]["bytes_read"] == plugin["read"]["bytes"]

@@ -62,7 +62,7 @@
   X(cuMemHostUnregister) X(cuPointerGetAttribute) X(cuPointerGetAttributes) X(cuMemcpy)         \
   X(cuMemcpyAsync) X(cuMemcpyHtoD_v2) X(cuMemcpyDtoH_v2) X(cuMemcpyDtoD_v2)                     \
   X(cuMemcpyHtoDAsync_v2) X(cuMemcpyDtoHAsync_v2) X(cuMemcpyDtoDAsync_v2) X(cuMemsetD8_v2)      \
-  X(cuMemcpyBatchAsync_v2)                                                                      \
+  X(cuMemcpyBatchAsync_v2) X(cuMemcpy2DAsync_v2)                                                \
   X(cuMemsetD8Async) X(cuStreamCreate) X(cuStreamDestroy_v2) X(cuStreamSynchronize)             \
   X(cuStreamQuery) X(cuStreamWaitEvent) X(cuEventCreate) X(cuEventDestroy_v2) X(cuEventRecord)  \
   X(cuEventQuery) X(cuEventSynchronize) X(cuLaunchHostFunc)
@@ -97,6 +97,7 @@ constexpr size_t kDeviceGap = 64 << 10;  // unused space after each allocation
 constexpr size_t kMappingGranule = 2 << 20;
 constexpr int kDriverVersion = 13000;
 constexpr int kMaxDevices = 64;
+constexpr int kMaxPitch = 2147483647;  // CU_DEVICE_ATTRIBUTE_MAX_PITCH of current GPUs
 
 size_t round_up(size_t v, size_t a) { return (v + a - 1) / a * a; }
 
@@ -759,6 +760,35 @@ CUresult memcpy_async(uintptr_t dst, Need dn, uintptr_t src, Need sn, size_t n, 
   return copy_async(q, d, s, n);
 }
 
+// One side of a pitched copy: its rows start at `base` + y * pitch + x.
+CUresult pitched_side(unsigned type, const void* host, CUdeviceptr device, CUarray array,
+                      size_t x, size_t y, size_t pitch, size_t width, size_t height, Side* s) {
+  if (array) return CUDA_ERROR_NOT_SUPPORTED;  // the double has no CUDA arrays
+  if (pitch < width || pitch > size_t(kMaxPitch)) return CUDA_ERROR_INVALID_VALUE;
+  uintptr_t base;
+  switch (type) {
+    case CU_MEMORYTYPE_HOST: base = reinterpret_cast<uintptr_t>(host); break;
+    case CU_MEMORYTYPE_DEVICE:
+    case CU_MEMORYTYPE_UNIFIED: base = device; break;
+    default: return CUDA_ERROR_INVALID_VALUE;
+  }
+  const size_t span = (height - 1) * pitch + width;
+  return resolve(base + y * pitch + x, span, type == CU_MEMORYTYPE_DEVICE, s);
+}
+
+void run_copy_2d(const Side& dst, size_t dpitch, const Side& src, size_t spitch, size_t width,
+                 size_t height) {
+  if (!acquire(dst.range)) return;
+  if (!acquire(src.range)) {
+    release(dst.range);
+    return;
+  }
+  for (size_t row = 0; row < height; ++row)
+    std::memmove(dst.mem + row * dpitch, src.mem + row * spitch, width);
+  release(src.range);
+  release(dst.range);
+}
+
 CUresult host_alloc(void** pp, size_t size, unsigned flags) {
   CUctx_st* c;
   if (CUresult r = need_ctx(&c)) return r;
@@ -917,6 +947,7 @@ CUresult cuDeviceGetAttribute(int* value, CUdevice_attribute attrib, CUdevice de
   if (a <= 0 || a > 150) return CUDA_ERROR_INVALID_VALUE;
   switch (a) {
     case CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_BLOCK: *value = 1024; break;
+    case CU_DEVICE_ATTRIBUTE_MAX_PITCH: *value = kMaxPitch; break;
     case CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT: *value = 4; break;
     case CU_DEVICE_ATTRIBUTE_INTEGRATED: *value = 0; break;
     case CU_DEVICE_ATTRIBUTE_CAN_MAP_HOST_MEMORY: *value = 1; break;
@@ -1400,6 +1431,43 @@ CUresult cuMemcpyBatchAsync_v2(CUdeviceptr* dsts, CUdeviceptr* srcs, size_t* siz
   }
   for (size_t k = 0; k < count; ++k)
     if (CUresult r = memcpy_async(dsts[k], Need::Any, srcs[k], Need::Any, sizes[k], s)) return r;
+  return CUDA_SUCCESS;
+}
+
+// A pitched copy in stream order, every row checked at the call. As for the 1-D copies, a
+// pageable source is staged at the call (rows packed) and a pageable destination makes the call
+// wait. Pitches below the width or above CU_DEVICE_ATTRIBUTE_MAX_PITCH fail, as the driver
+// documents; a DEVICE side must be memory the driver knows, the whole span of its rows inside
+// one allocation. CUDA arrays are not modelled (CUDA_ERROR_NOT_SUPPORTED).
+CUresult cuMemcpy2DAsync_v2(const CUDA_MEMCPY2D* c, CUstream s) {
+  ENTER(cuMemcpy2DAsync_v2);
+  if (!c) return CUDA_ERROR_INVALID_VALUE;
+  std::shared_ptr<Queue> q;
+  if (CUresult r = stream_queue(s, &q)) return r;
+  if (c->WidthInBytes == 0 || c->Height == 0) return CUDA_SUCCESS;
+  Side d, src;
+  if (CUresult r = pitched_side(c->dstMemoryType, c->dstHost, c->dstDevice, c->dstArray,
+                                c->dstXInBytes, c->dstY, c->dstPitch, c->WidthInBytes, c->Height, &d))
+    return r;
+  if (CUresult r = pitched_side(c->srcMemoryType, c->srcHost, c->srcDevice, c->srcArray,
+                                c->srcXInBytes, c->srcY, c->srcPitch, c->WidthInBytes, c->Height,
+                                &src))
+    return r;
+  const size_t dpitch = c->dstPitch, width = c->WidthInBytes, height = c->Height;
+  size_t spitch = c->srcPitch;
+  std::shared_ptr<char[]> staged;
+  if (!src.pinned) {
+    staged = std::shared_ptr<char[]>(new char[width * height]);
+    for (size_t row = 0; row < height; ++row)
+      std::memcpy(staged.get() + row * width, src.mem + row * spitch, width);
+    src = Side{};
+    src.mem = staged.get();
+    spitch = width;
+  }
+  uint64_t seq = enqueue(
+      q, [d, dpitch, src, spitch, width, height, staged] { run_copy_2d(d, dpitch, src, spitch, width, height); },
+      true);
+  if (!d.pinned) q->wait_for(seq);
   return CUDA_SUCCESS;
 }
 
