@@ -3,6 +3,7 @@
 #include <atomic>
 #include <bit>
 #include <chrono>
+#include <iterator>
 #include <mutex>
 
 namespace gpufile::stats {
