@@ -353,4 +353,38 @@ TEST(ExecutorPlacement, ARefusedPinningIsReportedNotFatal) {
   gpufile::sys::set_os(nullptr);
 }
 
+// A worker near some GPUs takes their IO first, and any other when none of theirs is listed.
+TEST(ExecutorPlacement, NearWorkersClaimTheirGpusIoFirst) {
+  ExecutorConfig c;
+  c.workers = 0;  // no threads: the test claims as a worker would
+  Executor e(c);
+  auto device_job = [](int gpu) {
+    auto j = std::make_unique<Job>();
+    j->mem.kind = gpufile::cuda::MemKind::device;
+    j->mem.device = gpu;
+    j->len = 2 << 20;
+    j->split(1 << 20);  // two pieces
+    return j;
+  };
+  auto on0 = device_job(0), on1 = device_job(1), host = device_job(0);
+  host->mem.kind = gpufile::cuda::MemKind::host_pageable;
+  Job* jobs[] = {on0.get(), on1.get()};
+  e.publish(jobs, 2, 0);
+  Chunk got;
+  ASSERT_TRUE(e.claim_listed(&got, 0x2));
+  EXPECT_EQ(got.job, on1.get());  // younger, but on the worker's GPU
+  ASSERT_TRUE(e.claim_listed(&got, 0x2));
+  EXPECT_EQ(got.job, on1.get());
+  ASSERT_TRUE(e.claim_listed(&got, 0x2));
+  EXPECT_EQ(got.job, on0.get());  // nothing of GPU 1 left: it helps with GPU 0's
+  e.publish(host.get(), 0);
+  ASSERT_TRUE(e.claim_listed(&got, 0x2));
+  EXPECT_EQ(got.job, host.get());  // host memory is near every worker
+  ASSERT_TRUE(e.claim_listed(&got));  // unplaced: the oldest
+  EXPECT_EQ(got.job, on0.get());
+  ASSERT_TRUE(e.claim_listed(&got));
+  EXPECT_EQ(got.job, host.get());
+  EXPECT_FALSE(e.claim_listed(&got, 0x2));  // every piece taken, the list empty
+}
+
 }  // namespace
