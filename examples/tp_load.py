@@ -52,9 +52,9 @@ def layer_shapes(hidden: int, inter: int):
             "post_attention_layernorm.weight": (hidden,)}
 
 
-def make_checkpoint(path: str, gigabytes: float, device: torch.device) -> None:
+def make_checkpoint(path: str, gigabytes: float, device: torch.device, hidden: int, inter: int,
+                    vocab: int) -> None:
     """A bf16 checkpoint of about `gigabytes`, one shard file per layer, and its index."""
-    hidden, inter, vocab = 4096, 14336, 32000
     per_layer = sum(math.prod(s) for s in layer_shapes(hidden, inter).values()) * 2  # bf16 bytes
     layers = max(1, int(gigabytes * 1e9 / per_layer))
     os.makedirs(path, exist_ok=True)
@@ -122,6 +122,9 @@ def main() -> None:
     p.add_argument("--compare", action="store_true", help="also time each rank loading the whole checkpoint")
     p.add_argument("--check", action="store_true", help="compare each part with the whole checkpoint's slice")
     p.add_argument("--backend", default="nccl" if torch.cuda.is_available() else "gloo")
+    p.add_argument("--hidden", type=int, default=4096, help="synthetic checkpoint: hidden size (Llama 3 8B's)")
+    p.add_argument("--intermediate", type=int, default=14336, help="synthetic checkpoint: MLP size")
+    p.add_argument("--vocab", type=int, default=32000, help="synthetic checkpoint: vocabulary")
     args = p.parse_args()
 
     dist.init_process_group(args.backend)
@@ -135,7 +138,7 @@ def main() -> None:
 
     index = os.path.join(args.checkpoint, "model.safetensors.index.json")
     if args.make_gb and rank == 0 and not os.path.exists(index):
-        make_checkpoint(args.checkpoint, args.make_gb, device)
+        make_checkpoint(args.checkpoint, args.make_gb, device, args.hidden, args.intermediate, args.vocab)
     dist.barrier()
 
     if args.into:
