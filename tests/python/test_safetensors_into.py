@@ -13,7 +13,7 @@ from safetensors.numpy import save_file as st_save
 import gpufile
 from gpufile import safetensors as gst
 from conftest import needs_gpu_driver
-from test_safetensors import needs_torch, sample, torch, write_sharded
+from test_safetensors import TP_SPLIT, needs_torch, sample, torch, tp_sample, write_sharded
 
 SENTINEL = 7
 
@@ -134,11 +134,8 @@ def test_tied_weights_are_read_once_and_overlaps_refused(tmp_path, rng):
 
 @pytest.mark.parametrize("world_size", [1, 2, 3])
 def test_tensor_parallel_parts(tmp_path, rng, world_size):
-    t = {"col": rng.standard_normal((10, 7)).astype(np.float32),
-         "row": rng.standard_normal((11, 4)).astype(np.float32),
-         "norm": rng.standard_normal((7,)).astype(np.float32)}
-    st_save(t, tmp_path / "m.safetensors")
-    split = {"col": 1, "row": 0}
+    t = tp_sample(rng, tmp_path / "m.safetensors")
+    split = TP_SPLIT
     for rank in range(world_size):
         want = {"col": np.array_split(t["col"], world_size, axis=1)[rank],
                 "row": np.array_split(t["row"], world_size, axis=0)[rank], "norm": t["norm"]}
