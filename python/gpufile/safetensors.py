@@ -594,9 +594,10 @@ def load_into(tensors: Mapping[str, Any], filename: PathLike, *, strict: bool = 
     """
     if not isinstance(tensors, Mapping):
         raise SafetensorError("tensors must be a mapping of name -> tensor")
-    rule = None
+    rule: Optional[Callable[[str, Tuple[int, ...]], Optional[int]]] = None
+    my_rank, parts = 0, 1
     if split is not None:
-        rank, world_size, _ = _ranks(rank, world_size, process_group, "read")
+        my_rank, parts, _ = _ranks(rank, world_size, process_group, "read")
         rule = _split_rule(split)
     sources = _sources(filename)
     in_checkpoint = {n for src in sources for n in src.names}
@@ -617,8 +618,8 @@ def load_into(tensors: Mapping[str, Any], filename: PathLike, *, strict: bool = 
             if dim is None:
                 box, shape, part = [(0, k) for k in info.shape], info.shape, "tensor"
             else:
-                box, shape = _part(info, dim, rank, world_size)
-                part = f"rank {rank}'s part (dimension {dim} split {world_size} ways) of tensor"
+                box, shape = _part(info, dim, my_rank, parts)
+                part = f"rank {my_rank}'s part (dimension {dim} split {parts} ways) of tensor"
             if dest.dtype != info.dtype:
                 raise SafetensorError(f"tensor {n!r}: the checkpoint holds {info.dtype}, the destination is {dest.dtype}")
             if tuple(dest.shape) != tuple(shape):
@@ -675,7 +676,13 @@ def _part(info: TensorInfo, dim: int, rank: int, world_size: int) -> Tuple[List[
 
 
 def _split_rule(split: SplitRule) -> Callable[[str, Tuple[int, ...]], Optional[int]]:
-    return split if callable(split) else (lambda name, shape, m=split: m.get(name))
+    if callable(split):
+        return split
+    by_name: Mapping[str, Optional[int]] = split
+
+    def rule(name: str, shape: Tuple[int, ...]) -> Optional[int]:
+        return by_name.get(name)
+    return rule
 
 
 def _ranks(rank, world_size, process_group, replicated):
