@@ -100,9 +100,9 @@ Placement plan_placement(const std::vector<GpuSite>& served, size_t nodes_online
     p.why = std::move(why);
     return p;
   };
-  if (!enabled) return unplaced("placement off (gpufile.numa_placement)");
-  if (served.empty()) return unplaced("no GPU");
+  if (!enabled) return unplaced("off (gpufile.numa_placement)");
   if (nodes_online <= 1) return unplaced("one NUMA node: nothing to place");
+  if (served.empty()) return unplaced("no GPU");
   // Nodes in order, each with its GPUs and their CPUs. GPUs of unknown place go to no group:
   // every worker takes their IO (the groups' preference is only a preference).
   std::map<int, WorkerGroup> by_node;

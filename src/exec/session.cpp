@@ -108,16 +108,19 @@ void init_caller_staging(Session& s, const exec::ExecutorConfig& c, const exec::
   s.slabs.init(c.slab_bytes, slabs, 2);
 }
 
-// Where the workers go: near the GPUs this process serves (exec/placement.hpp), from sysfs.
+// Where the workers go: near the GPUs this process serves (exec/placement.hpp), from sysfs. The
+// GPUs' entries are read only where there is a choice (several nodes, placement on), so that a
+// one-node host makes one small read at open.
 exec::Placement place_workers(const Settings& s, unsigned workers, unsigned local_world) {
+  const bool enabled = s.numa_placement != NumaPlacement::off;
+  const size_t nodes = enabled ? exec::online_nodes("/sys").size() : 1;
   std::vector<exec::GpuSite> gpus;
   const cuda::Driver* d = cuda::driver();
-  const bool enabled = s.numa_placement != NumaPlacement::off;
-  if (d != nullptr && enabled)
+  if (d != nullptr && enabled && nodes > 1)
     for (int gpu = 0; gpu < d->device_count; ++gpu)
       gpus.push_back(exec::read_gpu_site("/sys", gpu, cuda::pci_bus_id(*d, gpu)));
   const auto served = exec::served_gpus(gpus, local_world, exec::local_rank(env_lookup));
-  return exec::plan_placement(served, exec::online_nodes("/sys").size(), workers, enabled);
+  return exec::plan_placement(served, nodes, workers, enabled);
 }
 
 }  // namespace

@@ -132,7 +132,7 @@ TEST(PlanPlacement, Table) {
     const char* why_has;
   };
   const std::vector<Row> rows = {
-      {"placement off", eight_gpus(), 2, 16, false, {{-1, 16, kAny, false}}, "placement off"},
+      {"placement off", eight_gpus(), 2, 16, false, {{-1, 16, kAny, false}}, "off (gpufile.numa_placement)"},
       {"one node", {gpu(0, 0, range(0, 15)), gpu(1, 0, range(0, 15))}, 1, 12, true,
        {{-1, 12, kAny, false}}, "one NUMA node"},
       {"no sysfs entry (the test double)", {gpu(0, -1, {}), gpu(1, -1, {})}, 2, 8, true,
