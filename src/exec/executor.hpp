@@ -77,6 +77,7 @@ struct ExecutorConfig {
 struct WorkerPlace {
   int node = -1;            // the node its group asked for (-1: none)
   std::vector<int> cpus;    // the CPUs it is pinned to (empty: not pinned)
+  bool pin_pending = false; // its thread has not pinned itself yet
   int pin_error = 0;        // -errno of a refused pinning
   int staging_node = -1;    // where its first slab page landed (-1: not asked or unknown)
 };

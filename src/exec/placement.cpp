@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <charconv>
+#include <iterator>
 #include <map>
 
 #include "sys/os.hpp"
@@ -93,7 +94,7 @@ std::vector<GpuSite> served_gpus(const std::vector<GpuSite>& all, unsigned local
 }
 
 Placement plan_placement(const std::vector<GpuSite>& served, size_t nodes_online, unsigned workers,
-                         bool enabled) {
+                         bool enabled, const std::vector<int>& allowed) {
   Placement p;
   auto unplaced = [&](std::string why) {
     p.groups = {WorkerGroup{-1, {}, ~uint64_t{0}, workers}};
@@ -127,6 +128,12 @@ Placement plan_placement(const std::vector<GpuSite>& served, size_t nodes_online
     given += w.workers;
     std::sort(w.cpus.begin(), w.cpus.end());
     w.cpus.erase(std::unique(w.cpus.begin(), w.cpus.end()), w.cpus.end());
+    if (!allowed.empty()) {
+      std::vector<int> both;
+      std::set_intersection(w.cpus.begin(), w.cpus.end(), allowed.begin(), allowed.end(),
+                            std::back_inserter(both));
+      w.cpus = std::move(both);
+    }
   }
   for (auto it = by_node.begin(); given < workers; ++given) {
     ++it->second.workers;
@@ -144,8 +151,9 @@ Placement plan_placement(const std::vector<GpuSite>& served, size_t nodes_online
                     " of " + std::to_string(nodes_online) + " NUMA nodes:";
   for (auto& [node, w] : by_node) {
     if (w.workers == 0) continue;
-    why += " node " + std::to_string(node) + " " + std::to_string(w.workers) + " worker(s) on CPUs " +
-           cpu_list_text(w.cpus) + ";";
+    why += " node " + std::to_string(node) + " " + std::to_string(w.workers) + " worker(s) " +
+           (w.cpus.empty() ? std::string("unpinned (none of its CPUs is allowed)")
+                           : "on CPUs " + cpu_list_text(w.cpus)) + ";";
     p.groups.push_back(std::move(w));
   }
   why.pop_back();

@@ -58,10 +58,12 @@ std::vector<GpuSite> served_gpus(const std::vector<GpuSite>& all, unsigned local
 
 // Splits `workers` between the nodes of the served GPUs, in proportion to how many of them each
 // node holds (each node at least one worker while there are enough), each group pinned to its
-// GPUs' CPUs. One group that serves every GPU alike, unpinned, when placement is off, the host
+// GPUs' CPUs among `allowed` (the CPUs the process may use: a taskset, numactl or cpuset the
+// application chose is kept; empty: no limit known). A group none of whose CPUs is allowed is
+// not pinned. One group that serves every GPU alike, unpinned, when placement is off, the host
 // has one node, no GPU's node is known, or there are no GPUs.
 Placement plan_placement(const std::vector<GpuSite>& served, size_t nodes_online, unsigned workers,
-                         bool enabled);
+                         bool enabled, const std::vector<int>& allowed = {});
 
 // "node 0, CPUs 0-15" style text of a CPU list, ranges folded.
 std::string cpu_list_text(const std::vector<int>& cpus);

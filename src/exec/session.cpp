@@ -120,7 +120,10 @@ exec::Placement place_workers(const Settings& s, unsigned workers, unsigned loca
     for (int gpu = 0; gpu < d->device_count; ++gpu)
       gpus.push_back(exec::read_gpu_site("/sys", gpu, cuda::pci_bus_id(*d, gpu)));
   const auto served = exec::served_gpus(gpus, local_world, exec::local_rank(env_lookup));
-  return exec::plan_placement(served, nodes, workers, enabled);
+  std::vector<int> allowed(1024);  // what this (the opening) thread may run on: the workers' limit
+  const int n = gpus.empty() ? 0 : sys::os().thread_affinity(allowed.data(), allowed.size());
+  allowed.resize(n > 0 ? static_cast<size_t>(n) : 0);
+  return exec::plan_placement(served, nodes, workers, enabled, allowed);
 }
 
 }  // namespace
@@ -133,8 +136,9 @@ std::vector<std::string> describe_placement(const Session& s) {
     const exec::WorkerPlace& p = places[i];
     if (p.node < 0) continue;
     std::string line = "worker " + std::to_string(i) + ": node " + std::to_string(p.node);
-    line += p.pin_error ? ", not pinned (" + std::string(std::strerror(-p.pin_error)) + ")"
-            : p.cpus.empty() ? std::string(", not pinned yet")
+    line += p.pin_error     ? ", not pinned (" + std::string(std::strerror(-p.pin_error)) + ")"
+            : p.pin_pending ? std::string(", not pinned yet")
+            : p.cpus.empty() ? std::string(", not pinned")
                              : ", CPUs " + exec::cpu_list_text(p.cpus);
     line += p.staging_node >= 0 ? ", staging on node " + std::to_string(p.staging_node)
                                 : ", staging node unknown";

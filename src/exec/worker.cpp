@@ -44,6 +44,7 @@ WorkerPlace Worker::place() const {
   p.node = node_;
   const int pinned = pin_result_.load(std::memory_order_acquire);
   if (pinned == 0) p.cpus = cpus_;
+  p.pin_pending = pinned == kNotPinnedYet && !cpus_.empty();
   p.pin_error = pinned < 0 ? pinned : 0;
   p.staging_node = staging_node_;
   return p;

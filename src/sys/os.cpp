@@ -96,6 +96,16 @@ int Os::set_thread_affinity(const int* cpus, size_t count) {
   return neg_errno_or(::sched_setaffinity(0, sizeof set, &set));
 }
 
+int Os::thread_affinity(int* cpus, size_t max) {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (::sched_getaffinity(0, sizeof set, &set) != 0) return -errno;
+  int n = 0;
+  for (int c = 0; c < CPU_SETSIZE && static_cast<size_t>(n) < max; ++c)
+    if (CPU_ISSET(c, &set)) cpus[n++] = c;
+  return n;
+}
+
 // The memory-policy calls by number: glibc has no wrappers (libnuma's numaif.h does), and the
 // values below are the kernel's uapi ones.
 namespace {

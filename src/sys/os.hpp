@@ -50,6 +50,9 @@ class Os {
 
   // NUMA placement (src/exec/placement.hpp). Pins the calling thread to `cpus` (sched_setaffinity).
   virtual int set_thread_affinity(const int* cpus, size_t count);
+  // The CPUs the calling thread may run on (sched_getaffinity), at most `max` of them into
+  // `cpus`, in order: how many, or -errno.
+  virtual int thread_affinity(int* cpus, size_t max);
   // Asks that pages of [addr, addr+len) not yet touched come from `node` where it has room
   // (mbind MPOL_PREFERRED): must come before the first touch.
   virtual int prefer_node(void* addr, size_t len, int node);

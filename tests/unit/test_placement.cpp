@@ -152,6 +152,19 @@ TEST(PlanPlacement, Table) {
        {{0, 2, 0x1, true}, {1, 2, 0x4, true}}, "2 GPU(s)"},
       {"fewer workers than nodes", eight_gpus(), 2, 1, true, {{0, 1, 0x0f, true}}, "node 0 1 worker"},
   };
+  // The CPUs the application allows (taskset, numactl, cpuset) limit the pinning.
+  {
+    const Placement p = plan_placement(eight_gpus(), 2, 4, true, range(24, 39));
+    ASSERT_EQ(p.groups.size(), 2u);
+    EXPECT_EQ(p.groups[0].cpus, range(24, 31));
+    EXPECT_EQ(p.groups[1].cpus, range(32, 39));
+    const Placement only0 = plan_placement(eight_gpus(), 2, 4, true, range(0, 3));
+    ASSERT_EQ(only0.groups.size(), 2u);
+    EXPECT_EQ(only0.groups[0].cpus, range(0, 3));
+    EXPECT_TRUE(only0.groups[1].cpus.empty());  // node 1's workers: not pinned against the app's wish
+    EXPECT_EQ(only0.groups[1].node, 1);         // (their staging still asked of node 1)
+    EXPECT_NE(only0.why.find("node 1 2 worker(s) unpinned"), std::string::npos) << only0.why;
+  }
   for (const Row& r : rows) {
     SCOPED_TRACE(r.what);
     const Placement p = plan_placement(r.served, r.nodes, r.workers, r.enabled);
