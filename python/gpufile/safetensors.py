@@ -591,6 +591,9 @@ def load_into(tensors: Mapping[str, Any], filename: PathLike, *, strict: bool = 
     returned in the LoadResult. Tensor parallelism: with `split` (as in load_sharded) the
     destinations are this rank's parts, and only their bytes are read. Destinations that are the
     same memory (tied weights) are filled once, from the first of them in the checkpoint.
+
+    GPU work still queued on torch's current streams is waited for before the reads start; other
+    frameworks' (CuPy's streams) must be finished by the caller.
     """
     if not isinstance(tensors, Mapping):
         raise SafetensorError("tensors must be a mapping of name -> tensor")
