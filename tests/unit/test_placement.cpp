@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "exec/budget.hpp"
+#include "cuda/memory.hpp"
 #include "exec/executor.hpp"
 #include "exec/placement.hpp"
 #include "sys/os.hpp"
@@ -288,7 +289,10 @@ class PlacementOs : public gpufile::sys::Os {
   bool refuse_pinning = false;
 };
 
+// Pinned staging is registered with the CUDA driver where there is one (its test double under
+// ctest), which wants a context current, as a driver session makes one.
 std::vector<WorkerPlace> started_places(Executor& e, unsigned workers) {
+  gpufile::cuda::ScopedAnyContext context;
   EXPECT_FALSE(e.start());
   // The threads pin themselves as they start: wait (bounded) until all did.
   for (int i = 0; i < 2000; ++i) {
@@ -335,6 +339,7 @@ TEST(ExecutorPlacement, UnplacedWorkersAreLeftAlone) {
     c.slab_bytes = 64 << 10;
     c.engine = gpufile::EnginePolicy::posix;
     Executor e(c);  // no groups: today's behaviour
+    gpufile::cuda::ScopedAnyContext context;
     ASSERT_FALSE(e.start());
     for (const WorkerPlace& p : e.places()) {
       EXPECT_EQ(p.node, -1);
