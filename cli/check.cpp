@@ -62,6 +62,9 @@ int check(int argc, char** argv) {
   std::printf("engine      %s%s%s\n", Runtime::instance().engine_name().c_str(),
               Runtime::instance().engine_note().empty() ? "" : ": ",
               Runtime::instance().engine_note().c_str());
+  const std::vector<std::string> placement = Runtime::instance().placement();
+  for (size_t i = 0; i < placement.size(); ++i)
+    std::printf("%s %s\n", i == 0 ? "placement  " : "           ", placement[i].c_str());
   std::printf("GPU         %s\n", cuda::driver() ? "yes" : cuda::why_no_driver().c_str());
   if (const cuda::Driver* d = cuda::driver()) {
     for (int gpu = 0; gpu < d->device_count; ++gpu) {

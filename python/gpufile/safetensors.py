@@ -28,7 +28,7 @@ from ._arrays import DeviceArray
 from ._gpufile import DeviceBuffer, File
 
 __all__ = ["SafetensorError", "TensorInfo", "Header", "parse_header", "read_header", "load_file",
-           "save_file", "safe_open", "load_sharded", "shard_slice"]
+           "save_file", "safe_open", "load_sharded", "load_into", "LoadResult", "shard_slice"]
 
 # The safetensors package refuses headers larger than this; so do we (a hostile file could
 # otherwise make us allocate and parse gigabytes).
@@ -456,10 +456,10 @@ def _sources_of_index(index_path: str) -> List[_Source]:
     return out
 
 
-def _read_all(t: _Target, plans: Sequence[Tuple[str, Sequence[Tuple[int, int, int, str]]]]) -> None:
+def _read_all(plans: Sequence[Tuple[str, Sequence[Tuple[int, int, int, str]]]]) -> None:
     """Runs every read of `plans` ((path, [(ptr, nbytes, file offset, what)]) per file) at once,
-    all files together, and returns once all ended; raises the first failure."""
-    _settle_allocations(t)
+    all files together, and returns once all ended; raises the first failure. The caller has
+    settled the destinations' pending GPU work first (_settle_allocations / _settle_sources)."""
     files, reads = [], _InFlight()
     try:
         for path, ios in plans:
@@ -511,7 +511,8 @@ def load_file(filename: PathLike, device: Any = "cpu", *, framework: str = "pt",
             result[n] = dest.obj
             ios.append((dest.ptr, info.nbytes, h.data_start + info.begin, f"{src.path}: {n}"))
         plans.append((src.path, ios))
-    _read_all(t, plans)
+    _settle_allocations(t)
+    _read_all(plans)
     return result
 
 
@@ -536,7 +537,7 @@ def load_sharded(filename: PathLike, device: Any, split: SplitRule, *, rank: Opt
     if replicated not in ("read", "broadcast"):
         raise SafetensorError(f"replicated must be 'read' or 'broadcast', not {replicated!r}")
     rank, world_size, dist = _ranks(rank, world_size, process_group, replicated)
-    rule = split if callable(split) else (lambda name, shape, m=split: m.get(name))
+    rule = _split_rule(split)
     t = _target(framework, device)
     result: Dict[str, Any] = {}
     plans, to_broadcast = [], []
@@ -554,19 +555,137 @@ def load_sharded(filename: PathLike, device: Any, split: SplitRule, *, rank: Opt
                         continue
                 ios.append((dest.ptr, info.nbytes, h.data_start + info.begin, f"{src.path}: {n}"))
                 continue
-            if not 0 <= dim < len(info.shape):
-                raise SafetensorError(f"tensor {n!r} of shape {info.shape} has no dimension {dim} to split")
-            box, shape = _normalize_index(shard_slice(info.shape, dim, rank, world_size), info.shape)
+            box, shape = _part(info, dim, rank, world_size)
             dest = _allocate(t, info.dtype, shape)
             result[n] = dest.obj
             ios.extend(_box_reads(dest.ptr, info, box, h.data_start, f"{src.path}: {n}"))
         plans.append((src.path, ios))
-    _read_all(t, plans)
+    _settle_allocations(t)
+    _read_all(plans)
     if to_broadcast:
         src_rank = dist.get_global_rank(process_group, 0) if process_group is not None else 0
         for n in to_broadcast:
             dist.broadcast(result[n], src=src_rank, group=process_group)
     return result
+
+
+class LoadResult(NamedTuple):
+    """What load_into left alone, named as torch's load_state_dict names them."""
+    missing_keys: List[str]     # names in `tensors` the checkpoint does not have (left untouched)
+    unexpected_keys: List[str]  # tensors of the checkpoint that `tensors` has no place for
+
+
+def load_into(tensors: Mapping[str, Any], filename: PathLike, *, strict: bool = True,
+              split: Optional[SplitRule] = None, rank: Optional[int] = None,
+              world_size: Optional[int] = None, process_group: Any = None) -> LoadResult:
+    """Reads a checkpoint's tensors straight into existing memory, with no allocation.
+
+    `tensors` maps names to the tensors to fill (a model's ``state_dict()``, say): torch tensors
+    on any device, NumPy arrays, CuPy (any ``__cuda_array_interface__``) arrays or
+    gpufile.DeviceArray; C-contiguous and writable. Each one's dtype and shape must be the
+    checkpoint's; everything is checked before the first byte is read, so a mismatch leaves every
+    tensor as it was. All reads run at once, and every one has ended when this returns or raises.
+
+    With `strict` (the default) the names must match exactly, else SafetensorError lists the
+    missing and unexpected ones; without it the names both sides have are filled and the others
+    returned in the LoadResult. Tensor parallelism: with `split` (as in load_sharded) the
+    destinations are this rank's parts, and only their bytes are read. Destinations that are the
+    same memory (tied weights) are filled once, from the first of them in the checkpoint.
+
+    GPU work still queued on torch's current streams is waited for before the reads start; other
+    frameworks' (CuPy's streams) must be finished by the caller.
+    """
+    if not isinstance(tensors, Mapping):
+        raise SafetensorError("tensors must be a mapping of name -> tensor")
+    rule: Optional[Callable[[str, Tuple[int, ...]], Optional[int]]] = None
+    my_rank, parts = 0, 1
+    if split is not None:
+        my_rank, parts, _ = _ranks(rank, world_size, process_group, "read")
+        rule = _split_rule(split)
+    sources = _sources(filename)
+    in_checkpoint = {n for src in sources for n in src.names}
+    missing = [n for n in tensors if n not in in_checkpoint]
+    unexpected = [n for src in sources for n in src.names if n not in tensors]
+    if strict and (missing or unexpected):
+        raise SafetensorError(f"{os.fspath(filename)} does not match the tensors given: "
+                              f"missing {_few(missing)}, unexpected {_few(unexpected)}")
+    plans, filled = [], _Filled()
+    for src in sources:
+        h, ios = src.header, []
+        for n in src.names:
+            if n not in tensors:
+                continue
+            info = h.tensors[n]
+            dest = _describe_tensor(n, tensors[n], into=True)
+            dim = rule(n, info.shape) if rule is not None else None
+            if dim is None:
+                box, shape, part = [(0, k) for k in info.shape], info.shape, "tensor"
+            else:
+                box, shape = _part(info, dim, my_rank, parts)
+                part = f"rank {my_rank}'s part (dimension {dim} split {parts} ways) of tensor"
+            if dest.dtype != info.dtype:
+                raise SafetensorError(f"tensor {n!r}: the checkpoint holds {info.dtype}, the destination is {dest.dtype}")
+            if tuple(dest.shape) != tuple(shape):
+                raise SafetensorError(f"{part} {n!r} has shape {list(shape)} in the checkpoint, "
+                                      f"the destination has {list(dest.shape)}")
+            if filled.add(n, dest):
+                ios.extend(_box_reads(dest.ptr, info, box, h.data_start, f"{src.path}: {n}"))
+        plans.append((src.path, ios))
+    filled.check_overlaps()
+    _settle_sources(filled.objects)
+    _read_all(plans)
+    return LoadResult(missing, unexpected)
+
+
+def _few(names: Sequence[str], most: int = 8) -> str:
+    if not names:
+        return "none"
+    shown = ", ".join(repr(n) for n in names[:most])
+    return f"{len(names)} ({shown}{', ...' if len(names) > most else ''})"
+
+
+class _Filled:
+    """The destination memory of one load_into: the same memory twice is filled once; parts of
+    one memory given twice (overlapping but not equal) are refused, their reads would race."""
+
+    def __init__(self):
+        self._ranges: Dict[Tuple[int, int], str] = {}
+        self.objects: List[Any] = []
+
+    def add(self, name: str, dest: _Outgoing) -> bool:
+        if dest.nbytes == 0:
+            return False
+        key = (dest.ptr, dest.nbytes)
+        if key in self._ranges:
+            return False
+        self._ranges[key] = name
+        self.objects.append(dest.obj)
+        return True
+
+    def check_overlaps(self) -> None:
+        end, last = 0, None
+        for (ptr, nbytes), name in sorted(self._ranges.items()):
+            if last is not None and ptr < end:
+                raise SafetensorError(f"tensors {last!r} and {name!r} overlap in memory: cannot fill both")
+            if ptr + nbytes > end:
+                end, last = ptr + nbytes, name
+
+
+def _part(info: TensorInfo, dim: int, rank: int, world_size: int) -> Tuple[List[Tuple[int, int]], Tuple[int, ...]]:
+    """The box of `rank`'s part of tensor `info` split along `dim`, and the part's shape."""
+    if not (isinstance(dim, int) and 0 <= dim < len(info.shape)):
+        raise SafetensorError(f"tensor {info.name!r} of shape {info.shape} has no dimension {dim} to split")
+    return _normalize_index(shard_slice(info.shape, dim, rank, world_size), info.shape)
+
+
+def _split_rule(split: SplitRule) -> Callable[[str, Tuple[int, ...]], Optional[int]]:
+    if callable(split):
+        return split
+    by_name: Mapping[str, Optional[int]] = split
+
+    def rule(name: str, shape: Tuple[int, ...]) -> Optional[int]:
+        return by_name.get(name)
+    return rule
 
 
 def _ranks(rank, world_size, process_group, replicated):
@@ -595,22 +714,60 @@ class _Outgoing(NamedTuple):
     obj: Any
 
 
-def _describe_tensor(name: str, x: Any) -> _Outgoing:
+def _describe_tensor(name: str, x: Any, into: bool = False) -> _Outgoing:
+    """The memory of a tensor to save, or with ``into=True`` of one to load into (which must be
+    writable). Only C-contiguous memory: one tensor is one run of bytes in the file."""
+    what = "load into" if into else "save"
     mod = type(x).__module__
-    if mod.startswith("torch"):
-        if not x.is_contiguous():
-            raise SafetensorError(f"tensor {name!r} is not contiguous: call .contiguous() first")
-        d = _dtypes.from_torch(x.dtype)
-        return _Outgoing(d.name, tuple(x.shape), x.data_ptr(), x.numel() * d.itemsize, x)
-    if mod.startswith("numpy"):
-        if not x.flags["C_CONTIGUOUS"]:
-            raise SafetensorError(f"array {name!r} is not C-contiguous: use numpy.ascontiguousarray")
-        d = _dtypes.from_numpy(x.dtype)
-        return _Outgoing(d.name, tuple(x.shape), x.ctypes.data, x.nbytes, x)
+    try:
+        if mod.startswith("torch"):
+            if not x.is_contiguous():
+                raise SafetensorError(f"tensor {name!r} is not contiguous: cannot {what} it in place "
+                                      "(use a contiguous tensor, or .contiguous() and copy)")
+            d = _dtypes.from_torch(x.dtype)
+            return _Outgoing(d.name, tuple(x.shape), x.data_ptr(), x.numel() * d.itemsize, x)
+        if mod.startswith("numpy"):
+            if not x.flags["C_CONTIGUOUS"]:
+                raise SafetensorError(f"array {name!r} is not C-contiguous: cannot {what} it in place "
+                                      "(use numpy.ascontiguousarray)")
+            if into and not x.flags["WRITEABLE"]:
+                raise SafetensorError(f"array {name!r} is read-only")
+            d = _dtypes.from_numpy(x.dtype)
+            return _Outgoing(d.name, tuple(x.shape), x.ctypes.data, x.nbytes, x)
+    except ValueError as e:  # a dtype safetensors has no name for
+        if isinstance(e, SafetensorError):
+            raise
+        raise SafetensorError(f"tensor {name!r}: {e}") from None
     if isinstance(x, DeviceArray):
         return _Outgoing(x.dtype, x.shape, x.ptr, x.nbytes, x)
-    raise SafetensorError(f"tensor {name!r}: cannot save a {type(x).__name__}; pass torch tensors, "
-                          "NumPy arrays or gpufile.DeviceArray")
+    cai = getattr(x, "__cuda_array_interface__", None)
+    if into and isinstance(cai, dict):  # CuPy, Numba, ...
+        return _describe_cuda_array(name, x, cai)
+    kinds = "torch tensors, NumPy or CuPy arrays" if into else "torch tensors, NumPy arrays"
+    raise SafetensorError(f"tensor {name!r}: cannot {what} a {type(x).__name__}; pass {kinds} "
+                          "or gpufile.DeviceArray")
+
+
+def _describe_cuda_array(name: str, x: Any, cai: Mapping[str, Any]) -> _Outgoing:
+    d = next((r for r in _dtypes.BY_NAME.values() if r.typestr == cai.get("typestr")), None)
+    if d is None:
+        raise SafetensorError(f"tensor {name!r}: element type {cai.get('typestr')!r} has no safetensors equivalent")
+    shape = tuple(int(n) for n in cai["shape"])
+    ptr, readonly = cai["data"]
+    if readonly:
+        raise SafetensorError(f"array {name!r} is read-only")
+    strides = cai.get("strides")
+    if strides is not None:
+        expect, want = d.itemsize, []
+        for n in reversed(shape):
+            want.append(expect)
+            expect *= n
+        if any(n > 1 and s != w for n, s, w in zip(shape, strides, reversed(want))):
+            raise SafetensorError(f"array {name!r} is not C-contiguous: cannot load into it in place")
+    count = 1
+    for n in shape:
+        count *= n
+    return _Outgoing(d.name, shape, int(ptr or 0), count * d.itemsize, x)
 
 
 def _layout(entries: Mapping[str, _Outgoing], metadata: Optional[Mapping[str, str]]) -> Tuple[bytes, List[Tuple[str, int]]]:

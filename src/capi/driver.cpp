@@ -49,14 +49,8 @@ Error bar1_size_kb(int gpu, size_t* kb) {
   const Driver* d = driver();
   if (d == nullptr) return Error::of(Errc::driver_not_open);
   if (gpu < 0 || gpu >= d->device_count) return Error::of(Errc::invalid_argument);
-  CUdevice dev = 0;
-  int domain = 0, bus = 0, slot = 0;
-  d->DeviceGet(&dev, gpu);
-  d->DeviceGetAttribute(&domain, CU_DEVICE_ATTRIBUTE_PCI_DOMAIN_ID, dev);
-  d->DeviceGetAttribute(&bus, CU_DEVICE_ATTRIBUTE_PCI_BUS_ID, dev);
-  d->DeviceGetAttribute(&slot, CU_DEVICE_ATTRIBUTE_PCI_DEVICE_ID, dev);
-  char bus_id[32];
-  snprintf(bus_id, sizeof bus_id, "%04x:%02x:%02x.0", domain, bus, slot);
+  const std::string pci = pci_bus_id(*d, gpu);
+  const char* bus_id = pci.c_str();
   if (uint64_t bytes = nvml_bar1_bytes(bus_id)) {
     *kb = static_cast<size_t>(bytes / 1024);
     return Error::none();

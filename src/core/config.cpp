@@ -251,6 +251,8 @@ void json_strings(Settings& s, const json& root, std::string_view origin, Proble
               origin, problems);
   json_choice(root, "gpufile.direct_io", s.direct_io, parse_direct_io, direct_io_name,
               "auto|always|never", origin, problems);
+  json_choice(root, "gpufile.numa_placement", s.numa_placement, parse_numa_placement,
+              numa_placement_name, "auto|off", origin, problems);
   if (const json* dir = find_path(root, "logging.dir")) {
     if (dir->is_string())
       s.log_dir = dir->get<std::string>();
@@ -376,6 +378,8 @@ void env_strings(Settings& s, Problems& problems) {
   env_choice("GPUFILE_ENGINE", s.engine, parse_engine, engine_name, "auto|io_uring|posix", problems);
   env_choice("GPUFILE_DIRECT_IO", s.direct_io, parse_direct_io, direct_io_name, "auto|always|never",
              problems);
+  env_choice("GPUFILE_NUMA_PLACEMENT", s.numa_placement, parse_numa_placement, numa_placement_name,
+             "auto|off", problems);
 }
 
 // ---- staged values -----------------------------------------------------------------------------
@@ -640,6 +644,7 @@ json flat_settings(const Settings& s) {
   out["logging.dir"] = s.log_dir;
   out["gpufile.engine"] = engine_name(s.engine);
   out["gpufile.direct_io"] = direct_io_name(s.direct_io);
+  out["gpufile.numa_placement"] = numa_placement_name(s.numa_placement);
   out["properties.posix_pool_slab_size_kb"] = s.posix_pool_slab_size_kb;
   out["properties.posix_pool_slab_count"] = s.posix_pool_slab_count;
   return out;
@@ -719,6 +724,17 @@ std::optional<DirectIoPolicy> parse_direct_io(std::string_view text) {
   if (t == "always") return DirectIoPolicy::always;
   if (t == "never") return DirectIoPolicy::never;
   return std::nullopt;
+}
+
+std::optional<NumaPlacement> parse_numa_placement(std::string_view text) {
+  std::string t = lower(text);
+  if (t == "auto") return NumaPlacement::automatic;
+  if (t == "off") return NumaPlacement::off;
+  return std::nullopt;
+}
+
+const char* numa_placement_name(NumaPlacement p) {
+  return p == NumaPlacement::off ? "off" : "auto";
 }
 
 const char* engine_name(EnginePolicy e) {

@@ -154,6 +154,8 @@ std::optional<size_t> parse_size(std::string_view text);
 std::optional<EnginePolicy> parse_engine(std::string_view text);        // auto|io_uring|posix
 std::optional<DirectIoPolicy> parse_direct_io(std::string_view text);   // auto|always|never
 const char* engine_name(EnginePolicy e);
+std::optional<NumaPlacement> parse_numa_placement(std::string_view text);  // auto|off
+const char* numa_placement_name(NumaPlacement p);
 const char* direct_io_name(DirectIoPolicy d);
 
 }  // namespace gpufile::config

@@ -28,6 +28,12 @@ enum class EnginePolicy : int {
   posix,          // pread/pwrite only
 };
 
+// Where the IO workers run and their staging lives on hosts with several NUMA nodes.
+enum class NumaPlacement : int {
+  automatic = 0,  // near the GPUs the process serves (src/exec/placement.hpp)
+  off,            // wherever the kernel puts them
+};
+
 struct Settings {
   // ---- cuFile keys (cufile.json name in comments) --------------------------------------------
   // logging.*
@@ -75,6 +81,7 @@ struct Settings {
   size_t min_chunk_kb = 256;       // GPUFILE_MIN_CHUNK_KB: smallest piece a request is split into
   size_t caller_slabs = 0;         // GPUFILE_CALLER_SLABS: callers' staging slabs; 0 = 2 per core, 8 or more
   size_t pagecache_dma_mb = 8192;  // GPUFILE_PAGECACHE_DMA_MB: page cache registered for DMA at most; 0 = off
+  NumaPlacement numa_placement = NumaPlacement::automatic;  // GPUFILE_NUMA_PLACEMENT: auto|off
 };
 
 }  // namespace gpufile

@@ -3,6 +3,7 @@
 #include <dlfcn.h>
 
 #include <atomic>
+#include <cstdio>
 #include <cstdlib>
 #include <mutex>
 
@@ -102,5 +103,17 @@ void forget_driver_after_fork() {
 }
 
 std::string describe(CUresult r) { return describe_with(loaded().driver, r); }
+
+std::string pci_bus_id(const Driver& d, int ordinal) {
+  CUdevice dev = 0;
+  int domain = 0, bus = 0, slot = 0;
+  d.DeviceGet(&dev, ordinal);
+  d.DeviceGetAttribute(&domain, CU_DEVICE_ATTRIBUTE_PCI_DOMAIN_ID, dev);
+  d.DeviceGetAttribute(&bus, CU_DEVICE_ATTRIBUTE_PCI_BUS_ID, dev);
+  d.DeviceGetAttribute(&slot, CU_DEVICE_ATTRIBUTE_PCI_DEVICE_ID, dev);
+  char id[32];
+  std::snprintf(id, sizeof id, "%04x:%02x:%02x.0", domain, bus, slot);
+  return id;
+}
 
 }  // namespace gpufile::cuda

@@ -162,6 +162,10 @@ const std::string& why_no_driver();
 // answers null from now on (see driver.cpp).
 void forget_driver_after_fork();
 
+// The PCI address of GPU `ordinal` as sysfs and NVML name it ("dddd:bb:dd.0", lower-case hex),
+// from the driver's PCI attributes (what cuDeviceGetPCIBusId formats, in upper case).
+std::string pci_bus_id(const Driver& d, int ordinal);
+
 // "CUDA_ERROR_X: text" for logs and error messages.
 std::string describe(CUresult r);
 std::string describe_with(const Driver& d, CUresult r);

@@ -5,6 +5,8 @@
 #include <atomic>
 #include <cstdlib>
 
+#include "sys/os.hpp"
+
 namespace gpufile::cuda {
 
 Error classify(const void* ptr, MemInfo* out) {
@@ -57,7 +59,7 @@ uint64_t live_pinned_bytes() { return g_live_pinned.load(std::memory_order_relax
 // registered with the driver. Faulting the pages in is what pinning costs in a VM, and huge pages
 // make it about 3x cheaper: for 128 MiB on the H100 machine (bench/probe_pinning.py)
 // cuMemHostAlloc took 42-52 ms, this 21-23 ms (with 4 KiB pages: 63-70 ms).
-Error alloc_pinned(size_t bytes, void** out) {
+Error alloc_pinned(size_t bytes, void** out, int node, int* landed) {
   const size_t len = round_up(bytes, kPage);
   // Map a huge page more than needed, then trim, so the region starts on a huge-page boundary.
   void* raw = mmap(nullptr, len + kHugePage, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS,
@@ -71,7 +73,15 @@ Error alloc_pinned(size_t bytes, void** out) {
   madvise(p, len, MADV_HUGEPAGE);  // a hint: without THP the pages are simply 4 KiB
   // Staging memory must not be shared with a forked child's copy-on-write.
   madvise(p, len, MADV_DONTFORK);
+  // The node is chosen by mbind before the first touch rather than by touching from a thread
+  // pinned there: this runs on the opening thread, whose affinity is the application's.
+  // MPOL_PREFERRED, not BIND: a full node gives pages of another instead of failing the open.
+  if (node >= 0) sys::os().prefer_node(p, len, node);
   for (size_t off = 0; off < len; off += kPage) p[off] = 0;
+  if (landed != nullptr) {
+    const int n = node >= 0 ? sys::os().node_of_page(p) : -1;
+    *landed = n >= 0 ? n : -1;
+  }
   if (const Driver* d = driver()) {
     CUresult res = d->MemHostRegister(p, len, kMemHostRegisterPortable);
     if (res != CUDA_SUCCESS) {

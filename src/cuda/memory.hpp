@@ -32,8 +32,10 @@ Error classify(const void* ptr, MemInfo* out);
 
 // Host memory aligned to 2 MiB (huge pages where the kernel allows), registered with the CUDA
 // driver when there is one (so async copies are real DMA), else plain memory. Freed by
-// free_pinned() with the same size.
-Error alloc_pinned(size_t bytes, void** out);
+// free_pinned() with the same size. `node` >= 0: its pages are asked of that NUMA node (where it
+// has room) before they are first touched and pinned; *landed then says where the first page
+// went (-1 when the kernel would not say).
+Error alloc_pinned(size_t bytes, void** out, int node = -1, int* landed = nullptr);
 void free_pinned(void* p, size_t bytes);
 // Bytes of pinned staging held now: what alloc_pinned() handed out and free_pinned() has not yet
 // taken back (page-rounded). A leak check for soak runs and tests (tests/soak, Python's

@@ -164,8 +164,13 @@ Error Executor::start() {
   // already ran did not make a first 7.8 GB load any faster. So: one after another. (The
   // threads themselves still start in the background: a fork() right after the open waits in
   // park_workers_for_fork() until each has started and parked.)
+  std::vector<WorkerGroup> groups = cfg_.groups;
+  if (groups.empty()) groups.push_back(WorkerGroup{-1, {}, ~uint64_t{0}, cfg_.workers});
+  std::vector<const WorkerGroup*> group_of;
+  for (const WorkerGroup& g : groups) group_of.insert(group_of.end(), g.workers, &g);
+  group_of.resize(cfg_.workers, &groups.front());
   for (unsigned i = 0; i < cfg_.workers; ++i) {
-    auto w = std::make_unique<Worker>(*this, cfg_);
+    auto w = std::make_unique<Worker>(*this, cfg_, *group_of[i]);
     std::string why;
     if (Error e = w->init(&why)) return e;
     if (i == 0) {
@@ -182,12 +187,19 @@ Error Executor::start() {
     g.cv.wait(gl, [] { return !fork_pending_.load(std::memory_order_seq_cst); });
     threads_.emplace_back([this, worker = w.get()] {
       t_worker_of = this;
+      worker->pin();
       worker->run();
       exit_point();
     });
     ++alive_;
   }
   return Error::none();
+}
+
+std::vector<WorkerPlace> Executor::places() const {
+  std::vector<WorkerPlace> out;
+  for (const auto& w : workers_) out.push_back(w->place());
+  return out;
 }
 
 void Executor::submit(Job* const* jobs, size_t n) {
@@ -268,17 +280,33 @@ void Executor::retire(Job* job) {
   unlink(job);
 }
 
-bool Executor::claim_listed(Chunk* out) {
-  std::lock_guard lock(mu_);
-  while (Job* job = head_) {
-    uint32_t k;
-    if (job->take(&k)) {
-      if (k + 1 == job->pieces_) unlink(job);  // its last piece: Job::claim's rule, lock held
-      *out = job->piece(k);
-      return true;
-    }
+bool Executor::take_listed(Job* job, Chunk* out) {
+  uint32_t k;
+  if (!job->take(&k)) {
     unlink(job);  // every piece taken; its last claimer may not have retired it yet
+    return false;
   }
+  if (k + 1 == job->pieces_) unlink(job);  // its last piece: Job::claim's rule, lock held
+  *out = job->piece(k);
+  return true;
+}
+
+bool Executor::claim_listed(Chunk* out, uint64_t near_gpus) {
+  std::lock_guard lock(mu_);
+  if (near_gpus != ~uint64_t{0}) {
+    // A worker placed near some GPUs takes their IO first; none such listed, it helps with the
+    // others (below), so no job waits for want of a worker near its GPU.
+    unsigned seen = 0;
+    for (Job* job = head_; job != nullptr && seen < kPackScan; ++seen) {
+      Job* next = job->list_next_;
+      const int gpu = job->staged() ? job->mem.device : -1;
+      const bool near = gpu < 0 || (gpu < 64 && (near_gpus >> gpu & 1));
+      if (near && take_listed(job, out)) return true;
+      job = next;
+    }
+  }
+  while (Job* job = head_)
+    if (take_listed(job, out)) return true;
   return false;
 }
 

@@ -24,6 +24,7 @@
 
 #include "core/settings.hpp"
 #include "exec/job.hpp"
+#include "exec/placement.hpp"
 
 namespace gpufile::exec {
 
@@ -67,6 +68,18 @@ struct ExecutorConfig {
   unsigned ring_depth = 64;
   EnginePolicy engine = EnginePolicy::automatic;
   unsigned cores = 1;  // online CPUs: what the routing shares between callers and workers
+  // Where the workers run and their slabs live (placement.hpp): the groups' workers add up to
+  // `workers`. Empty: one unplaced group of them all.
+  std::vector<WorkerGroup> groups;
+};
+
+// Where one worker ended up, for the log and `gpufile check`.
+struct WorkerPlace {
+  int node = -1;            // the node its group asked for (-1: none)
+  std::vector<int> cpus;    // the CPUs it is pinned to (empty: not pinned)
+  bool pin_pending = false; // its thread has not pinned itself yet
+  int pin_error = 0;        // -errno of a refused pinning
+  int staging_node = -1;    // where its first slab page landed (-1: not asked or unknown)
 };
 
 class Executor {
@@ -94,11 +107,15 @@ class Executor {
   unsigned idle_workers() const { return idle_.load(std::memory_order_relaxed); }
 
   const std::string& engine_name() const { return engine_name_; }
+  // Each worker's place, in worker order (set by start()).
+  std::vector<WorkerPlace> places() const;
   // Why the engine is not io_uring, or empty.
   const std::string& engine_note() const { return engine_note_; }
 
-  // Worker side: claims a piece of the oldest listed job that has one left.
-  bool claim_listed(Chunk* out);
+  // Worker side: claims a piece of the oldest listed job that has one left, preferring among the
+  // first kPackScan listed jobs one into memory of a GPU in `near_gpus` (a bit per ordinal) or
+  // into host memory; all bits set: the oldest, whatever its GPU.
+  bool claim_listed(Chunk* out, uint64_t near_gpus = ~uint64_t{0});
   // A read into GPU memory of at most `max_len` bytes, whole in one piece and with no copy
   // fence: a worker packs such reads into one slab and copies them with one batched copy.
   static bool packable(const Job& job, uint64_t max_len);
@@ -150,6 +167,8 @@ class Executor {
   std::string engine_name_;
   std::string engine_note_;
   void unlink(Job* job);  // mu_ held
+  // Takes the next piece of listed `job` (mu_ held), unlinking it once its last piece is taken.
+  bool take_listed(Job* job, Chunk* out);
 
   std::mutex mu_;
   std::condition_variable cv_;

@@ -160,6 +160,11 @@ std::string Runtime::engine_note() const {
   return s ? s->exec->engine_note() : std::string();
 }
 
+std::vector<std::string> Runtime::placement() const {
+  auto s = session();
+  return s ? describe_placement(*s) : std::vector<std::string>();
+}
+
 bool driver_is_open() { return Runtime::instance().is_open(); }
 
 bool with_open_settings(const std::function<void(Settings&)>& fn) {

@@ -13,6 +13,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "core/error.hpp"
 #include "core/settings.hpp"
@@ -67,6 +68,9 @@ class Runtime {
   // The IO engine the workers use, and why it is not io_uring (empty if it is).
   std::string engine_name() const;
   std::string engine_note() const;
+  // The NUMA placement of the open session: the decision in one sentence, then a line per placed
+  // worker (its node, CPUs, where its staging landed). Empty when closed.
+  std::vector<std::string> placement() const;
 
   // ---- files ----
   // Registers an open fd. The handle is an opaque non-null token.

@@ -3,10 +3,14 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstdlib>
+#include <cstring>
 
 #include "core/align.hpp"
 #include "core/log.hpp"
 #include "cuda/driver.hpp"
+#include "exec/budget.hpp"
+#include "exec/placement.hpp"
 #include "sys/os.hpp"
 
 namespace gpufile {
@@ -58,22 +62,22 @@ unsigned online_cores() {
   return cores > 0 ? static_cast<unsigned>(cores) : 1;
 }
 
-// Page-cache reads into the GPU are bound by the CPU copy out of the cache (every byte crosses
-// memory three times: page cache, slab, DMA), so reaching the PCIe ceiling (about 45-51 GiB/s)
-// takes many workers, but not one per core: workers spin while the driver waits for their
-// copies, and past the ceiling more of them only burn CPU and crowd the callers' threads.
-// Measured on the 16-core H100 machine (bench/probe_workers.sh, docs/performance.md, two rounds,
-// warm 4 GiB file / /dev/shm, GiB/s and CPU-s/GiB): 8 workers 47.8-47.9 (0.17) / 39-40;
-// 12 workers 45.0-48.5 (0.24-0.26) / 45.2-46.1; 16 workers 44.0-46.6 (0.33-0.35) / 42.8-46.7;
-// 1 MiB x 4 calls 16.3-16.5 GiB/s with 12 against 15.2-15.4 with 16. Three per four cores,
-// 4 to 16.
-size_t automatic_workers(unsigned cores) { return std::clamp<size_t>(cores * 3 / 4, 4, 16); }
+const char* env_lookup(const char* name) { return std::getenv(name); }
 
-exec::ExecutorConfig executor_config(const Settings& s) {
+// The automatic worker count (exec::automatic_budget) follows from measurements: page-cache
+// reads into the GPU are bound by the CPU copy out of the cache (every byte crosses memory three
+// times: page cache, slab, DMA), so reaching the PCIe ceiling (about 45-51 GiB/s) takes many
+// workers, but not one per core: workers spin while the driver waits for their copies, and past
+// the ceiling more of them only burn CPU and crowd the callers' threads. Measured on the 16-core
+// H100 machine (bench/probe_workers.sh, docs/performance.md, two rounds, warm 4 GiB file /
+// /dev/shm, GiB/s and CPU-s/GiB): 8 workers 47.8-47.9 (0.17) / 39-40; 12 workers 45.0-48.5
+// (0.24-0.26) / 45.2-46.1; 16 workers 44.0-46.6 (0.33-0.35) / 42.8-46.7; 1 MiB x 4 calls
+// 16.3-16.5 GiB/s with 12 against 15.2-15.4 with 16. Three per four cores, 4 to 16.
+exec::ExecutorConfig executor_config(const Settings& s, const exec::Budget& budget) {
   constexpr uint64_t kPageSize = 4096;
   exec::ExecutorConfig c;
   c.cores = online_cores();
-  c.workers = static_cast<unsigned>(s.workers ? s.workers : automatic_workers(c.cores));
+  c.workers = static_cast<unsigned>(s.workers ? s.workers : budget.workers);
   c.slabs_per_worker = static_cast<unsigned>(std::max<size_t>(2, s.slabs_per_worker));
   c.slab_bytes = std::max<uint64_t>(kMaxDioAlign, align_up(s.slab_size_kb * 1024, kMaxDioAlign));
   c.min_chunk_bytes = align_up(s.min_chunk_kb * 1024, kPageSize);
@@ -98,11 +102,11 @@ void ensure_context(const cuda::Driver& d) {
 // CPU time (one with a single slab runs its pieces one after another; one with none leaves
 // them to the workers). Two are made at open, for the first large call. Small IO buffers are
 // small: one for each of many threads (64 at least, 16 made at open).
-void init_caller_staging(Session& s, const exec::ExecutorConfig& c) {
+void init_caller_staging(Session& s, const exec::ExecutorConfig& c, const exec::Budget& budget) {
   const uint64_t small = std::min<uint64_t>(s.settings.small_io_threshold_kb * 1024, c.slab_bytes);
-  if (small > 0) s.small.init(small + 2 * kMaxDioAlign, std::max(64u, 4 * c.cores), 16);
+  if (small > 0) s.small.init(small + 2 * kMaxDioAlign, budget.small_buffers, 16);
   const unsigned slabs = s.settings.caller_slabs ? static_cast<unsigned>(s.settings.caller_slabs)
-                                                 : std::max(8u, 2 * c.cores);
+                                                 : budget.caller_slabs;
   s.slabs.init(c.slab_bytes, slabs, 2);
 }
 
@@ -114,21 +118,69 @@ uint64_t pagecache_dma_budget(const Settings& s) {
   return std::min<uint64_t>(uint64_t{s.pagecache_dma_mb} << 20, eighth);
 }
 
+// Where the workers go: near the GPUs this process serves (exec/placement.hpp), from sysfs. The
+// GPUs' entries are read only where there is a choice (several nodes, placement on), so that a
+// one-node host makes one small read at open.
+exec::Placement place_workers(const Settings& s, unsigned workers, unsigned local_world) {
+  const bool enabled = s.numa_placement != NumaPlacement::off;
+  const size_t nodes = enabled ? exec::online_nodes("/sys").size() : 1;
+  std::vector<exec::GpuSite> gpus;
+  const cuda::Driver* d = cuda::driver();
+  if (d != nullptr && enabled && nodes > 1)
+    for (int gpu = 0; gpu < d->device_count; ++gpu)
+      gpus.push_back(exec::read_gpu_site("/sys", gpu, cuda::pci_bus_id(*d, gpu)));
+  const auto served = exec::served_gpus(gpus, local_world, exec::local_rank(env_lookup));
+  std::vector<int> allowed(1024);  // what this (the opening) thread may run on: the workers' limit
+  const int n = gpus.empty() ? 0 : sys::os().thread_affinity(allowed.data(), allowed.size());
+  allowed.resize(n > 0 ? static_cast<size_t>(n) : 0);
+  return exec::plan_placement(served, nodes, workers, enabled, allowed);
+}
+
 }  // namespace
+
+std::vector<std::string> describe_placement(const Session& s) {
+  std::vector<std::string> lines{s.placement_why};
+  if (!s.exec) return lines;
+  const auto places = s.exec->places();
+  for (size_t i = 0; i < places.size(); ++i) {
+    const exec::WorkerPlace& p = places[i];
+    if (p.node < 0) continue;
+    std::string line = "worker " + std::to_string(i) + ": node " + std::to_string(p.node);
+    line += p.pin_error     ? ", not pinned (" + std::string(std::strerror(-p.pin_error)) + ")"
+            : p.pin_pending ? std::string(", not pinned yet")
+            : p.cpus.empty() ? std::string(", not pinned")
+                             : ", CPUs " + exec::cpu_list_text(p.cpus);
+    line += p.staging_node >= 0 ? ", staging on node " + std::to_string(p.staging_node)
+                                : ", staging node unknown";
+    lines.push_back(std::move(line));
+  }
+  return lines;
+}
 
 Error start_session(Session& s) {
   s.gpu = cuda::driver() != nullptr;
   if (!s.gpu)
     GPUFILE_LOG(LogLevel::info, "no GPU: host memory only (%s)", cuda::why_no_driver().c_str());
   if (const cuda::Driver* d = cuda::driver()) ensure_context(*d);
-  const exec::ExecutorConfig c = executor_config(s.settings);
+  const unsigned local_world = exec::local_world_size(env_lookup);
+  const exec::Budget budget = exec::automatic_budget(online_cores(), local_world);
+  exec::ExecutorConfig c = executor_config(s.settings, budget);
+  const exec::Placement placement = place_workers(s.settings, c.workers, local_world);
+  c.groups = placement.groups;
+  s.placement_why = placement.why;
   s.exec = std::make_unique<exec::Executor>(c);
   if (Error e = s.exec->start()) return e;
+  const std::string shared = local_world <= 1 ? std::string() :
+      " (one of " + std::to_string(local_world) + " processes on this host: a budget for " +
+      std::to_string(budget.cores) + " cores)";
+  // Each placed worker logs its own line once its thread is pinned (Worker::pin).
+  GPUFILE_LOG(LogLevel::info, "%u worker(s)%s; placement: %s", c.workers, shared.c_str(),
+              placement.why.c_str());
   // At ERROR level so that the default configuration (cuFile's logging.level is ERROR) shows
   // it: losing io_uring is the one fallback an operator must be able to see.
   if (!s.exec->engine_note().empty() && s.settings.engine == EnginePolicy::automatic)
     GPUFILE_LOG(LogLevel::error, "%s", s.exec->engine_note().c_str());
-  if (s.gpu) init_caller_staging(s, c);
+  if (s.gpu) init_caller_staging(s, c, budget);
   if (s.gpu && s.settings.pagecache_dma_mb > 0)
     s.pagecache_dma = std::make_shared<exec::PageCacheDma>(pagecache_dma_budget(s.settings));
   return Error::none();

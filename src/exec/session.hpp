@@ -9,8 +9,10 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <string>
 #include <unordered_map>
 #include <utility>
+#include <vector>
 
 #include "core/settings.hpp"
 #include "cuda/memory.hpp"
@@ -57,6 +59,7 @@ struct Session {
   exec::StagingPool slabs;  // callers' staging for the pieces of larger IO (one slab each)
   std::shared_ptr<exec::PageCacheDma> pagecache_dma;  // null: that path is off
   bool gpu = false;
+  std::string placement_why;  // the NUMA placement decision, in one sentence
   std::atomic<int> inflight{0};
   std::atomic<int> sync_calls{0};  // synchronous calls in Runtime::run right now
 
@@ -82,6 +85,8 @@ void ask_residency(FileHandle& h, uint64_t off, uint64_t len, route::StorageFact
 
 // Sets up a session from its settings: the executor and its workers, the callers' staging.
 Error start_session(Session& s);
+// The placement decision, then a line per placed worker: its node, CPUs, where its staging went.
+std::vector<std::string> describe_placement(const Session& s);
 
 // The largest DIO alignment the staging grid supports; files demanding more use the page cache.
 inline constexpr uint32_t kMaxDioAlign = 4096;

@@ -2,9 +2,13 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cstring>
+#include <string>
 
 #include "core/align.hpp"
+#include "core/log.hpp"
 #include "cuda/memory.hpp"
+#include "sys/os.hpp"
 
 namespace gpufile::exec {
 namespace {
@@ -22,7 +26,29 @@ uint64_t slab_bytes_for(const Chunk& c) {
 
 }  // namespace
 
-Worker::Worker(Executor& owner, const ExecutorConfig& cfg) : owner_(owner), cfg_(cfg) {}
+Worker::Worker(Executor& owner, const ExecutorConfig& cfg, const WorkerGroup& group)
+    : owner_(owner), cfg_(cfg), node_(group.node), cpus_(group.cpus), near_gpus_(group.gpus) {}
+
+void Worker::pin() {
+  if (cpus_.empty()) return;
+  const int r = sys::os().set_thread_affinity(cpus_.data(), cpus_.size());
+  pin_result_.store(r, std::memory_order_release);
+  GPUFILE_LOG(r == 0 ? LogLevel::info : LogLevel::warn, "worker near NUMA node %d: %s%s, staging on node %s",
+              node_, r == 0 ? "pinned to CPUs " : "not pinned: ",
+              r == 0 ? cpu_list_text(cpus_).c_str() : std::strerror(-r),
+              staging_node_ >= 0 ? std::to_string(staging_node_).c_str() : "unknown");
+}
+
+WorkerPlace Worker::place() const {
+  WorkerPlace p;
+  p.node = node_;
+  const int pinned = pin_result_.load(std::memory_order_acquire);
+  if (pinned == 0) p.cpus = cpus_;
+  p.pin_pending = pinned == kNotPinnedYet && !cpus_.empty();
+  p.pin_error = pinned < 0 ? pinned : 0;
+  p.staging_node = staging_node_;
+  return p;
+}
 
 Worker::~Worker() {
   if (const cuda::Driver* d = cuda::driver()) {
@@ -40,7 +66,7 @@ Error Worker::init(std::string* why) {
   copy_order_.assign(slots_.size(), 0);
   slabs_bytes_ = cfg_.slab_bytes * slots_.size();
   void* mem = nullptr;
-  if (Error e = cuda::alloc_pinned(slabs_bytes_, &mem)) return e;
+  if (Error e = cuda::alloc_pinned(slabs_bytes_, &mem, node_, &staging_node_)) return e;
   slabs_ = static_cast<char*>(mem);
   for (size_t i = 0; i < slots_.size(); ++i) slots_[i].slab = slabs_ + i * cfg_.slab_bytes;
   const unsigned depth = std::max<unsigned>(
@@ -96,7 +122,7 @@ bool Worker::fill_free_slots() {
 bool Worker::claim_next(Chunk* out) {
   for (const Slot& s : slots_)
     if (s.stage != Stage::free && s.count == 1 && s.pieces[0].chunk.job->claim(out)) return true;
-  return owner_.claim_listed(out);
+  return owner_.claim_listed(out, near_gpus_);
 }
 
 void Worker::start(unsigned i, const Chunk& c) {

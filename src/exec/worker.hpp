@@ -1,6 +1,7 @@
 // One IO worker thread of the executor (see executor.hpp for the pipeline it runs).
 #pragma once
 
+#include <atomic>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -20,7 +21,8 @@ class Worker {
   static constexpr unsigned kMaxPack = 32;
   static constexpr uint64_t kPackBytes = 64 << 10;
 
-  Worker(Executor& owner, const ExecutorConfig& cfg);
+  // `group`: where it runs, where its slabs live, whose IO it takes first (placement.hpp).
+  Worker(Executor& owner, const ExecutorConfig& cfg, const WorkerGroup& group);
   ~Worker();
   Worker(const Worker&) = delete;
   Worker& operator=(const Worker&) = delete;
@@ -28,6 +30,9 @@ class Worker {
   // Allocates the slabs and the engine. `why` explains a fallback to the posix engine.
   Error init(std::string* why);
   const char* engine_name() const { return engine_->name(); }
+  // Pins the calling thread (the worker's own, before run()) to its group's CPUs.
+  void pin();
+  WorkerPlace place() const;
   // The worker's loop; returns when the executor stops and nothing is listed.
   void run();
 
@@ -86,6 +91,12 @@ class Worker {
 
   Executor& owner_;
   ExecutorConfig cfg_;
+  int node_ = -1;
+  std::vector<int> cpus_;
+  uint64_t near_gpus_ = ~uint64_t{0};
+  int staging_node_ = -1;
+  static constexpr int kNotPinnedYet = 1;
+  std::atomic<int> pin_result_{kNotPinnedYet};  // 0 or -errno once pin() ran
   std::unique_ptr<io::Engine> engine_;
   char* slabs_ = nullptr;
   uint64_t slabs_bytes_ = 0;

@@ -1,6 +1,7 @@
 #include "sys/os.hpp"
 
 #include <fcntl.h>
+#include <sched.h>
 #include <liburing.h>
 #include <sys/inotify.h>
 #include <sys/mman.h>
@@ -121,6 +122,48 @@ int Os::cachestat(int fd, uint64_t off, uint64_t len, Residency* out) {
   const uint64_t page = 4096;
   out->total_pages = (len + page - 1) / page;
   return 0;
+}
+
+int Os::set_thread_affinity(const int* cpus, size_t count) {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  for (size_t i = 0; i < count; ++i)
+    if (cpus[i] >= 0 && cpus[i] < CPU_SETSIZE) CPU_SET(cpus[i], &set);
+  if (CPU_COUNT(&set) == 0) return -EINVAL;
+  return neg_errno_or(::sched_setaffinity(0, sizeof set, &set));
+}
+
+int Os::thread_affinity(int* cpus, size_t max) {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (::sched_getaffinity(0, sizeof set, &set) != 0) return -errno;
+  int n = 0;
+  for (int c = 0; c < CPU_SETSIZE && static_cast<size_t>(n) < max; ++c)
+    if (CPU_ISSET(c, &set)) cpus[n++] = c;
+  return n;
+}
+
+// The memory-policy calls by number: glibc has no wrappers (libnuma's numaif.h does), and the
+// values below are the kernel's uapi ones.
+namespace {
+constexpr int kMpolPreferred = 1;
+constexpr unsigned long kMpolFNode = 1, kMpolFAddr = 2;
+constexpr int kMaxNodes = 1024;
+}  // namespace
+
+int Os::prefer_node(void* addr, size_t len, int node) {
+  if (node < 0 || node >= kMaxNodes) return -EINVAL;
+  unsigned long mask[kMaxNodes / (8 * sizeof(unsigned long))] = {};
+  mask[node / (8 * sizeof(unsigned long))] |= 1UL << (node % (8 * sizeof(unsigned long)));
+  return neg_errno_or(static_cast<int>(
+      ::syscall(SYS_mbind, addr, len, kMpolPreferred, mask, kMaxNodes + 1UL, 0U)));
+}
+
+int Os::node_of_page(const void* addr) {
+  int node = -1;
+  if (::syscall(SYS_get_mempolicy, &node, nullptr, 0UL, addr, kMpolFNode | kMpolFAddr) != 0)
+    return -errno;
+  return node;
 }
 
 int Os::uring_init(unsigned entries, io_uring* ring, unsigned flags) {

@@ -60,6 +60,17 @@ class Os {
   virtual int changes_take(int queue, int* ids, int max);
   virtual int changes_unwatch(int queue, int id);
 
+  // NUMA placement (src/exec/placement.hpp). Pins the calling thread to `cpus` (sched_setaffinity).
+  virtual int set_thread_affinity(const int* cpus, size_t count);
+  // The CPUs the calling thread may run on (sched_getaffinity), at most `max` of them into
+  // `cpus`, in order: how many, or -errno.
+  virtual int thread_affinity(int* cpus, size_t max);
+  // Asks that pages of [addr, addr+len) not yet touched come from `node` where it has room
+  // (mbind MPOL_PREFERRED): must come before the first touch.
+  virtual int prefer_node(void* addr, size_t len, int node);
+  // The NUMA node of the page at `addr` (get_mempolicy MPOL_F_NODE | MPOL_F_ADDR), or -errno.
+  virtual int node_of_page(const void* addr);
+
   // io_uring set-up; the ring itself is driven through liburing by src/io/uring_engine.cpp.
   virtual int uring_init(unsigned entries, io_uring* ring, unsigned flags);
   // Every completion result the uring engine consumes passes through here first.

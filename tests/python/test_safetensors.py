@@ -123,13 +123,22 @@ def test_safe_open_and_slices(tmp_path, rng):
             f.get_tensor("nope")
 
 
-@pytest.mark.parametrize("world_size", [1, 2, 3])
-def test_tensor_parallel_parts_tile_the_tensor(tmp_path, rng, world_size):
+TP_SPLIT = {"col": 1, "row": 0}
+
+
+def tp_sample(rng, path):
+    """Tensors split along columns and rows (TP_SPLIT) and one every rank holds, saved to path."""
     t = {"col": rng.standard_normal((10, 7)).astype(np.float32),
          "row": rng.standard_normal((11, 4)).astype(np.float32),
          "norm": rng.standard_normal((7,)).astype(np.float32)}
-    st_save(t, tmp_path / "m.safetensors")
-    split = {"col": 1, "row": 0}
+    st_save(t, path)
+    return t
+
+
+@pytest.mark.parametrize("world_size", [1, 2, 3])
+def test_tensor_parallel_parts_tile_the_tensor(tmp_path, rng, world_size):
+    t = tp_sample(rng, tmp_path / "m.safetensors")
+    split = TP_SPLIT
     parts = [gst.load_sharded(tmp_path / "m.safetensors", "cpu", split, rank=r, world_size=world_size,
                               framework="numpy") for r in range(world_size)]
     assert np.array_equal(np.concatenate([p["col"] for p in parts], axis=1), t["col"])

@@ -28,7 +28,7 @@ const char* const kVariables[] = {
     "CUFILE_SKIP_TOPOLOGY_DETECTION", "CUFILE_NVTX", "CUFILE_STREAM_MEMOPS_BYPASS",
     "GPUFILE_ENGINE", "GPUFILE_DIRECT_IO", "GPUFILE_WORKERS", "GPUFILE_SLAB_SIZE_KB",
     "GPUFILE_SLABS_PER_WORKER", "GPUFILE_RING_DEPTH", "GPUFILE_SMALL_IO_KB", "GPUFILE_LOG_LEVEL",
-    "GPUFILE_LOG_FILE"};
+    "GPUFILE_LOG_FILE", "GPUFILE_NUMA_PLACEMENT"};
 
 class ConfigTest : public ::testing::Test {
  protected:
@@ -488,6 +488,19 @@ TEST(ConfigParse, Sizes) {
   EXPECT_FALSE(parse_size("+1"));
   EXPECT_FALSE(parse_size("12k"));
   EXPECT_FALSE(parse_size(" 1"));
+}
+
+TEST_F(ConfigTest, NumaPlacementFromJsonAndEnvironment) {
+  EXPECT_EQ(resolve().settings.numa_placement, NumaPlacement::automatic);
+  write_json(R"({ "gpufile": { "numa_placement": "off" } })");
+  EXPECT_EQ(resolve().settings.numa_placement, NumaPlacement::off);
+  setenv("GPUFILE_NUMA_PLACEMENT", "AUTO", 1);
+  EXPECT_EQ(resolve().settings.numa_placement, NumaPlacement::automatic);
+  setenv("GPUFILE_NUMA_PLACEMENT", "node1", 1);
+  Resolution r = resolve();
+  EXPECT_EQ(r.settings.numa_placement, NumaPlacement::off);  // the json value is kept
+  EXPECT_TRUE(mentions(r.problems, "GPUFILE_NUMA_PLACEMENT: node1 (allowed: auto|off)"));
+  EXPECT_NE(settings_json(r.settings).find(R"("gpufile.numa_placement":"off")"), std::string::npos);
 }
 
 TEST(ConfigParse, BoolsAndChoices) {

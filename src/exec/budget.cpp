@@ -1,0 +1,48 @@
+#include "exec/budget.hpp"
+
+#include <algorithm>
+#include <charconv>
+#include <cstring>
+
+namespace gpufile::exec {
+namespace {
+
+// The first of `names` that is set to a number in [lo, hi], or `none`.
+long first_number(const char* (*getenv)(const char*), std::initializer_list<const char*> names,
+                  long lo, long hi, long none) {
+  for (const char* name : names) {
+    const char* v = getenv(name);
+    if (v == nullptr || *v == '\0') continue;
+    long n = 0;
+    auto [end, ec] = std::from_chars(v, v + std::strlen(v), n);
+    if (ec == std::errc() && *end == '\0' && n >= lo && n <= hi) return n;
+  }
+  return none;
+}
+
+constexpr long kMostProcesses = 1 << 16;
+
+}  // namespace
+
+unsigned local_world_size(const char* (*getenv)(const char*)) {
+  return static_cast<unsigned>(first_number(
+      getenv, {"LOCAL_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_SIZE", "MPI_LOCALNRANKS"}, 1,
+      kMostProcesses, 1));
+}
+
+int local_rank(const char* (*getenv)(const char*)) {
+  return static_cast<int>(first_number(
+      getenv, {"LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID"}, 0, kMostProcesses, -1));
+}
+
+Budget automatic_budget(unsigned cores, unsigned local_world) {
+  const bool alone = local_world <= 1;
+  Budget b;
+  b.cores = std::max(1u, cores / std::max(1u, local_world));
+  b.workers = std::clamp(b.cores * 3 / 4, alone ? 4u : 2u, 16u);
+  b.caller_slabs = std::max(alone ? 8u : 4u, 2 * b.cores);
+  b.small_buffers = std::max(alone ? 64u : 16u, 4 * b.cores);
+  return b;
+}
+
+}  // namespace gpufile::exec

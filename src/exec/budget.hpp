@@ -1,0 +1,34 @@
+// How many workers and how much staging memory a process takes by default, when several
+// processes share the host: torchrun and mpirun start one per GPU, and each one sizing itself
+// for the whole host would start N times the threads and pin N times the memory that one process
+// needs to reach the hardware's ceiling. So a process's automatic budget is computed from its
+// share of the online cores (cores / local world size), and N processes together get about what
+// one alone gets. Explicit settings (gpufile.workers, gpufile.caller_slabs) always win.
+#pragma once
+
+#include <cstddef>
+
+namespace gpufile::exec {
+
+// The number of processes of this job on this host, from the launcher's environment:
+// LOCAL_WORLD_SIZE (torchrun, torch.distributed.launch), OMPI_COMM_WORLD_LOCAL_SIZE (Open MPI),
+// MPI_LOCALNRANKS (MPICH, Intel MPI); 1 when none is set or none is a positive number.
+// `getenv` is the lookup (std::getenv in the library; a table in tests).
+unsigned local_world_size(const char* (*getenv)(const char*));
+// This process's rank among them (LOCAL_RANK, OMPI_COMM_WORLD_LOCAL_RANK, MPI_LOCALRANKID), or -1.
+int local_rank(const char* (*getenv)(const char*));
+
+struct Budget {
+  unsigned cores = 1;         // the share of the online cores the budget is sized for
+  unsigned workers = 4;       // IO workers (each with its ring of pinned slabs)
+  unsigned caller_slabs = 8;  // slabs that calling threads borrow
+  unsigned small_buffers = 64;  // small-IO staging buffers
+};
+
+// The automatic budget for a process that is one of `local_world` on a host of `cores` online
+// cores. Workers: three per four cores of the share, 2 to 16 (4 to 16 for a process alone, as
+// measured: docs/performance.md); caller slabs two per core of the share, at least 8 alone and 4
+// shared; small buffers four per core of the share, at least 64 alone and 16 shared.
+Budget automatic_budget(unsigned cores, unsigned local_world);
+
+}  // namespace gpufile::exec
