@@ -90,6 +90,16 @@ constexpr SizeKey kSizeKeys[] = {
      GPUFILE_FIELD(min_chunk_kb), std::nullopt},
     {"gpufile.caller_slabs", "GPUFILE_CALLER_SLABS", kNoParam, 0, 4096, 1,
      GPUFILE_FIELD(caller_slabs), std::nullopt},
+    {"gpufile.remote_part_kb", "GPUFILE_REMOTE_PART_KB", kNoParam, 4, 1048576, 1,
+     GPUFILE_FIELD(remote_part_kb), std::nullopt},
+    {"gpufile.remote_concurrency", "GPUFILE_REMOTE_CONCURRENCY", kNoParam, 1, 256, 1,
+     GPUFILE_FIELD(remote_concurrency), std::nullopt},
+    {"gpufile.remote_retries", "GPUFILE_REMOTE_RETRIES", kNoParam, 0, 100, 1,
+     GPUFILE_FIELD(remote_retries), std::nullopt},
+    {"gpufile.remote_backoff_ms", "GPUFILE_REMOTE_BACKOFF_MS", kNoParam, 1, 60000, 1,
+     GPUFILE_FIELD(remote_backoff_ms), std::nullopt},
+    {"gpufile.remote_timeout_s", "GPUFILE_REMOTE_TIMEOUT_S", kNoParam, 1, 3600, 1,
+     GPUFILE_FIELD(remote_timeout_s), std::nullopt},
 };
 #undef GPUFILE_FIELD
 

@@ -32,6 +32,11 @@ class StagingPool {
       cuda::CUstream stream = nullptr;
     };
     std::vector<Stream> streams;  // one per context it copied for, made at first use
+
+    // The buffer's copy stream in `ctx` (current on this thread), made at first use; null when
+    // the driver will not make one (copy synchronously then). A blocking stream: ordered after
+    // the legacy stream, as the comment at the top says.
+    cuda::CUstream stream(cuda::CUcontext ctx);
   };
 
   StagingPool() = default;

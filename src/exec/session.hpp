@@ -51,6 +51,7 @@ struct Session {
   std::unique_ptr<exec::Executor> exec;
   exec::StagingPool small;  // callers' staging for small IO (up to small_io_kb)
   exec::StagingPool slabs;  // callers' staging for the pieces of larger IO (one slab each)
+  exec::StagingPool remote; // remote reads into GPU memory: one buffer per ranged GET in flight
   bool gpu = false;
   std::atomic<int> inflight{0};
   std::atomic<int> sync_calls{0};  // synchronous calls in Runtime::run right now
