@@ -11,6 +11,7 @@
 #include <string>
 
 #include "api/file.hpp"
+#include "api/remote_file.hpp"
 #include "capi/capi.hpp"
 #include "buffer.hpp"
 #include "core/config.hpp"
@@ -40,8 +41,8 @@ int open_flags(const std::string& mode) {
 // An IO on the workers, with the memory it uses held until it finished.
 class PyFuture {
  public:
-  PyFuture(std::unique_ptr<api::Future> f, std::unique_ptr<Buffer> b)
-      : future_(std::move(f)), buffer_(std::move(b)) {}
+  PyFuture(std::unique_ptr<api::Future> f, std::unique_ptr<Buffer> b, std::string what = "")
+      : future_(std::move(f)), buffer_(std::move(b)), what_(std::move(what)) {}
   ~PyFuture() {
     {
       nb::gil_scoped_release unlocked;
@@ -63,6 +64,8 @@ class PyFuture {
       if (finished) r = future_->wait();
     }
     if (!finished) raise_timeout(*timeout);
+    if (!r.ok() && r.error.code == Errc::system && !future_->message().empty())
+      raise_os(r.error.sys_errno, future_->message(), what_);
     if (!r.ok()) raise(r.error, "IO");
     buffer_.reset();  // the IO is over: let go of the caller's memory now
     return r.bytes;
@@ -71,6 +74,7 @@ class PyFuture {
  private:
   std::unique_ptr<api::Future> future_;
   std::unique_ptr<Buffer> buffer_;
+  std::string what_;  // the file named in failures
 };
 
 // A read or write ordered on a CUDA stream (cuFileReadAsync / cuFileWriteAsync). Its parameters
@@ -170,6 +174,28 @@ cuda::CUstream stream_of(nb::handle s) {
 }
 
 // ---- files -----------------------------------------------------------------------------------
+
+// As Python's files do for an IO the mode does not allow: io.UnsupportedOperation.
+[[noreturn]] void raise_unsupported(const char* message) {
+  nb::object unsupported = nb::module_::import_("io").attr("UnsupportedOperation");
+  PyErr_SetString(unsupported.ptr(), message);
+  throw nb::python_error();
+}
+
+  // Bytes to move: `size`, or the rest of the buffer after `buf_offset`; checked against it.
+uint64_t span(const Buffer& b, std::optional<uint64_t> size, uint64_t buf_offset) {
+  if (buf_offset > b.nbytes())
+    throw nb::value_error(("buf_offset " + std::to_string(buf_offset) + " is past the end of the " +
+                           std::to_string(b.nbytes()) + "-byte buffer").c_str());
+  const uint64_t room = b.nbytes() - buf_offset;
+  if (!size) return room;
+  if (*size > room)
+    throw nb::value_error(("size " + std::to_string(*size) + " does not fit the buffer: " +
+                           std::to_string(room) + " bytes from buf_offset " +
+                           std::to_string(buf_offset)).c_str());
+  return *size;
+}
+
 
 class PyFile {
  public:
@@ -290,26 +316,8 @@ class PyFile {
   void check_open(sys::IoKind kind) const {
     check_open();
     const bool ok = kind == sys::IoKind::read ? access_ != O_WRONLY : access_ != O_RDONLY;
-    if (!ok) {
-      nb::object unsupported = nb::module_::import_("io").attr("UnsupportedOperation");
-      PyErr_SetString(unsupported.ptr(), kind == sys::IoKind::read ? "File not open for reading"
-                                                                   : "File not open for writing");
-      throw nb::python_error();
-    }
-  }
-
-  // Bytes to move: `size`, or the rest of the buffer after `buf_offset`; checked against it.
-  static uint64_t span(const Buffer& b, std::optional<uint64_t> size, uint64_t buf_offset) {
-    if (buf_offset > b.nbytes())
-      throw nb::value_error(("buf_offset " + std::to_string(buf_offset) + " is past the end of the " +
-                             std::to_string(b.nbytes()) + "-byte buffer").c_str());
-    const uint64_t room = b.nbytes() - buf_offset;
-    if (!size) return room;
-    if (*size > room)
-      throw nb::value_error(("size " + std::to_string(*size) + " does not fit the buffer: " +
-                             std::to_string(room) + " bytes from buf_offset " +
-                             std::to_string(buf_offset)).c_str());
-    return *size;
+    if (!ok)
+      raise_unsupported(kind == sys::IoKind::read ? "File not open for reading" : "File not open for writing");
   }
 
   PyFuture* start_at(sys::IoKind kind, uintptr_t addr, uint64_t n, int64_t file_offset,
@@ -327,6 +335,91 @@ class PyFile {
   std::unique_ptr<api::File> file_;
   std::string mode_;
   int access_ = O_RDONLY;  // O_RDONLY, O_WRONLY or O_RDWR, from the mode once (checked per IO)
+};
+
+// ---- remote objects ----------------------------------------------------------------------------
+
+// An http://, https:// or s3:// object: File's read side (docs/remote.md).
+class PyRemoteFile {
+ public:
+  explicit PyRemoteFile(const std::string& url) : url_(url) {
+    remote::Failure f;
+    {
+      nb::gil_scoped_release unlocked;
+      f = api::RemoteFile::open(url, &file_);
+    }
+    if (!f.ok()) raise_os(f.err, f.message, url);
+  }
+  ~PyRemoteFile() {
+    nb::gil_scoped_release unlocked;
+    file_.reset();
+  }
+
+  void close() {
+    nb::gil_scoped_release unlocked;
+    if (file_) file_->close();
+  }
+  bool closed() const { return !file_ || file_->closed(); }
+  const std::string& url() const { return url_; }
+  uint64_t size() const {
+    check_open();
+    return file_->size();
+  }
+  const std::string& etag() const {
+    check_open();
+    return file_->etag();
+  }
+
+  uint64_t read(nb::handle buf, std::optional<uint64_t> size, int64_t file_offset, uint64_t buf_offset) {
+    check_open();
+    auto b = Buffer::acquire(buf, true);
+    const uint64_t n = span(*b, size, buf_offset);
+    IoResult r;
+    remote::Failure why;
+    {
+      nb::gil_scoped_release unlocked;
+      r = file_->read(reinterpret_cast<void*>(b->addr() + buf_offset), n, offset(file_offset), &why);
+    }
+    if (!r.ok() && !why.ok()) raise_os(why.err, why.message, url_);
+    if (!r.ok()) raise(r.error, "read", url_.c_str());
+    return r.bytes;
+  }
+
+  PyFuture* pread(nb::handle buf, std::optional<uint64_t> size, int64_t file_offset, uint64_t buf_offset) {
+    check_open();
+    auto b = Buffer::acquire(buf, true);
+    const uint64_t n = span(*b, size, buf_offset);
+    const uintptr_t at = b->addr() + buf_offset;
+    return start(at, n, file_offset, std::move(b));
+  }
+
+  PyFuture* pread_ptr(uintptr_t addr, uint64_t size, int64_t file_offset) {
+    check_open();
+    return start(addr, size, file_offset, nullptr);
+  }
+
+ private:
+  void check_open() const {
+    if (closed()) throw nb::value_error("I/O operation on closed gpufile.RemoteFile");
+  }
+  static uint64_t offset(int64_t file_offset) {
+    if (file_offset < 0) throw nb::value_error("file_offset must not be negative");
+    return static_cast<uint64_t>(file_offset);
+  }
+  PyFuture* start(uintptr_t addr, uint64_t n, int64_t file_offset, std::unique_ptr<Buffer> b) {
+    const uint64_t at = offset(file_offset);
+    std::unique_ptr<api::Future> f;
+    Error e;
+    {
+      nb::gil_scoped_release unlocked;
+      e = file_->start(reinterpret_cast<void*>(addr), n, at, &f);
+    }
+    if (e) raise(e, "pread", url_.c_str());
+    return new PyFuture(std::move(f), std::move(b), url_);
+  }
+
+  std::string url_;
+  std::unique_ptr<api::RemoteFile> file_;
 };
 
 // ---- settings and statistics -----------------------------------------------------------------
@@ -448,6 +541,30 @@ NB_MODULE(_gpufile, m) {
            },
            "buf"_a, "stream"_a, "size"_a = nb::none(), "file_offset"_a = 0, "buf_offset"_a = 0,
            nb::rv_policy::take_ownership);
+
+  nb::class_<PyRemoteFile>(m, "RemoteFile",
+                           "An http://, https:// or s3:// object, read-only (docs/remote.md).")
+      .def(nb::init<const std::string&>(), "url"_a)
+      .def("close", &PyRemoteFile::close, "Waits for reads in flight; later reads raise ValueError.")
+      .def("__enter__", [](nb::handle self) { return nb::borrow(self); })
+      .def("__exit__", [](PyRemoteFile& f, nb::args) { f.close(); })
+      .def_prop_ro("closed", &PyRemoteFile::closed)
+      .def_prop_ro("mode", [](const PyRemoteFile&) { return std::string("r"); })
+      .def_prop_ro("name", &PyRemoteFile::url)
+      .def_prop_ro("etag", &PyRemoteFile::etag, "The ETag the object had at open (every read checks it).")
+      .def("size", &PyRemoteFile::size, "The object's size in bytes, as it was at open.")
+      .def("read", &PyRemoteFile::read, "buf"_a, "size"_a = nb::none(), "file_offset"_a = 0,
+           "buf_offset"_a = 0)
+      .def("pread", &PyRemoteFile::pread, "buf"_a, "size"_a = nb::none(), "file_offset"_a = 0,
+           "buf_offset"_a = 0, nb::rv_policy::take_ownership)
+      .def("pread_ptr", &PyRemoteFile::pread_ptr, "ptr"_a, "size"_a, "file_offset"_a = 0,
+           nb::rv_policy::take_ownership)
+      .def("write", [](PyRemoteFile&, nb::args, nb::kwargs) -> uint64_t {
+        raise_unsupported("remote objects are read-only");
+      })
+      .def("pwrite", [](PyRemoteFile&, nb::args, nb::kwargs) -> PyFuture* {
+        raise_unsupported("remote objects are read-only");
+      });
 
   register_device_buffer(m);
 

@@ -1,0 +1,173 @@
+"""An HTTP/1.1 server with Range support and fault modes, for the remote-object tests.
+
+Listens on 127.0.0.1 only, on a port the kernel picks; started and stopped by the tests
+(tests/python/test_remote.py). Objects live in memory; each has an ETag that changes when it is
+replaced. Requests with If-Match for another ETag get 412, as S3 answers.
+
+Faults, each for the next N ranged GETs (HEAD requests are never faulted unless `head_status`):
+  status      answer with that status (503 storms: status=503)
+  kill        send the headers and half the body, then close the connection
+  truncate    a 206 whose body (and Content-Length) is shorter than the range asked for
+  stall       send the headers and a few bytes, then nothing for `stall_seconds`
+  replace     after N GETs, replace the object: new bytes, new ETag
+"""
+from __future__ import annotations
+
+import http.server
+import re
+import socket
+import threading
+import time
+
+
+class Faults:
+    def __init__(self):
+        self.lock = threading.Lock()
+        self.counts: dict[str, int] = {}
+        self.stall_seconds = 5.0
+        self.status = 503
+        self.head_status: int | None = None
+        self.replace_with: bytes | None = None
+        self.fired: dict[str, int] = {}
+
+    def arm(self, kind: str, times: int = 1 << 30, **kw):
+        with self.lock:
+            self.counts[kind] = times
+            for k, v in kw.items():
+                setattr(self, k, v)
+
+    def take(self, kind: str) -> bool:
+        with self.lock:
+            left = self.counts.get(kind, 0)
+            if left <= 0:
+                return False
+            self.counts[kind] = left - 1
+            self.fired[kind] = self.fired.get(kind, 0) + 1
+            return True
+
+
+class _Handler(http.server.BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    server: "RangeServer"
+
+    def log_message(self, *args):  # quiet
+        pass
+
+    def _object(self):
+        return self.server.objects.get(self.path.split("?")[0])
+
+    def _reply(self, status: int, body: bytes = b"", headers: dict | None = None):
+        self.send_response(status)
+        for k, v in (headers or {}).items():
+            self.send_header(k, v)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        if self.command != "HEAD":
+            self.wfile.write(body)
+
+    def _check_auth(self) -> bool:
+        need = self.server.require_header
+        if need and need.lower() not in (k.lower() for k in self.headers.keys()):
+            self._reply(403, b"<Error><Code>AccessDenied</Code></Error>")
+            return False
+        return True
+
+    def do_HEAD(self):
+        self.server.record(self)
+        if not self._check_auth():
+            return
+        if self.server.faults.head_status:
+            return self._reply(self.server.faults.head_status)
+        obj = self._object()
+        if obj is None:
+            return self._reply(404)
+        data, etag = obj
+        self.send_response(200)
+        self.send_header("Content-Length", str(len(data)))
+        self.send_header("ETag", etag)
+        self.send_header("Accept-Ranges", "bytes")
+        self.end_headers()
+
+    def do_GET(self):
+        self.server.record(self)
+        if not self._check_auth():
+            return
+        faults = self.server.faults
+        if faults.replace_with is not None and faults.take("replace"):
+            self.server.put(self.path, faults.replace_with)
+        obj = self._object()
+        if obj is None:
+            return self._reply(404, b"<Error><Code>NoSuchKey</Code></Error>")
+        data, etag = obj
+        if_match = self.headers.get("If-Match")
+        if if_match is not None and if_match != etag:
+            return self._reply(412, b"<Error><Code>PreconditionFailed</Code></Error>")
+        if faults.take("status"):
+            return self._reply(faults.status, b"<Error><Code>SlowDown</Code></Error>")
+        m = re.fullmatch(r"bytes=(\d+)-(\d+)", self.headers.get("Range", ""))
+        if not m:
+            return self._reply(200, data, {"ETag": etag})
+        first, last = int(m.group(1)), min(int(m.group(2)), len(data) - 1)
+        body = data[first:last + 1]
+        headers = {"ETag": etag, "Content-Range": f"bytes {first}-{last}/{len(data)}"}
+        if faults.take("truncate"):
+            return self._reply(206, body[: len(body) // 2], headers)
+        if faults.take("kill"):
+            self._send_partial(headers, len(body), body[: len(body) // 2])
+            self.close_connection = True
+            self.connection.shutdown(socket.SHUT_RDWR)
+            return
+        if faults.take("stall"):
+            self._send_partial(headers, len(body), body[:16])
+            time.sleep(faults.stall_seconds)
+            self.close_connection = True
+            return
+        self._reply(206, body, headers)
+
+    def _send_partial(self, headers, length, part):
+        self.send_response(206)
+        for k, v in headers.items():
+            self.send_header(k, v)
+        self.send_header("Content-Length", str(length))
+        self.end_headers()
+        self.wfile.write(part)
+        self.wfile.flush()
+
+
+class RangeServer(http.server.ThreadingHTTPServer):
+    daemon_threads = True
+
+    def __init__(self):
+        super().__init__(("127.0.0.1", 0), _Handler)
+        self.objects: dict[str, tuple[bytes, str]] = {}
+        self.faults = Faults()
+        self.require_header: str | None = None
+        self.requests: list[tuple[str, str, dict]] = []
+        self._lock = threading.Lock()
+        self._version = 0
+        self._thread = threading.Thread(target=self.serve_forever, daemon=True)
+
+    def handle_error(self, request, client_address):
+        pass  # a client that hung up (the tests' timeouts and aborts do) is no news
+
+    @property
+    def base(self) -> str:
+        return f"http://127.0.0.1:{self.server_address[1]}"
+
+    def put(self, path: str, data: bytes):
+        with self._lock:
+            self._version += 1
+            self.objects[path] = (bytes(data), f'"v{self._version}"')
+
+    def record(self, handler):
+        with self._lock:
+            self.requests.append((handler.command, handler.path, dict(handler.headers.items())))
+
+    def __enter__(self):
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self.shutdown()
+        self.server_close()
+        self._thread.join()
