@@ -6,6 +6,7 @@
 # (tests/support/fakecuda). Exit status 0 only if all pass.
 #   GPUFILE_TEST_SANITIZERS=0  skips the sanitizer passes.
 #   GPUFILE_TEST_FUZZ=0        skips the fuzz step; GPUFILE_FUZZ_SECONDS=N fuzzes each target N s.
+#   GPUFILE_TEST_NO_S3=1       skips the S3 tests (no versitygw is built).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/deps.sh
@@ -28,6 +29,12 @@ run_suite default build/test -DCMAKE_BUILD_TYPE=RelWithDebInfo
 # extension is built by scikit-build-core + nanobind from PyPI), then pytest against the CUDA
 # driver test double built above.
 echo "== gpufile tests: python"
+# versitygw, the S3 server of tests/python/test_remote_s3.py: built from the Go module proxy the
+# first time (minutes), then reused from build/tools/. GPUFILE_TEST_NO_S3=1 skips those tests.
+if [ "${GPUFILE_TEST_NO_S3:-0}" != 1 ]; then
+  GPUFILE_VERSITYGW=$(gpufile_install_versitygw)
+  export GPUFILE_VERSITYGW
+fi
 rm -rf build/venv
 python3 -m venv build/venv
 build/venv/bin/python -m pip install -q --upgrade pip

@@ -304,6 +304,7 @@ class Object::Fetch {
         break;
       }
       if (failure = collect(); !failure.ok()) break;
+      if (failure = check_stalls(); !failure.ok()) break;
       if (!active_.empty() && running > 0) c_.multi_poll(client_.multi, nullptr, 0, poll_ms(), nullptr);
     }
     abort_active();
@@ -320,6 +321,7 @@ class Object::Fetch {
     uint64_t got = 0;
     bool accepted = false, checked = false, overflow = false;
     Response response;
+    Clock::time_point last_byte;  // when the transfer started or last received body bytes
   };
 
   static size_t on_body(char* data, size_t size, size_t n, void* user) {
@@ -336,6 +338,7 @@ class Object::Fetch {
       s.accepted = range_ok || whole_ok;
     }
     if (!s.accepted) return bytes;  // not the bytes asked for: never into the caller's memory
+    s.last_byte = Clock::now();
     if (s.got + bytes > p.length) {
       s.overflow = true;
       return 0;  // more than asked: aborts the transfer
@@ -366,6 +369,7 @@ class Object::Fetch {
       slot->fetch = this;
       slot->index = i;
       slot->mem = mem;
+      slot->last_byte = Clock::now();
       slot->easy = easy();
       if (slot->easy == nullptr) {
         sink_.dropped(i, mem);
@@ -446,6 +450,19 @@ class Object::Fetch {
     if (v != Verdict::retry && v != Verdict::failed) text += std::string(verdict_text(v)) + ": ";
     return text + what + " (bytes " + range_text(p) + ", " + std::to_string(tries) +
            (tries == 1 ? " try)" : " tries)");
+  }
+
+  // A transfer that received nothing for the timeout ends the fetch. libcurl's low-speed limit
+  // stays as a backstop, but it averages over seconds: a server that sent a few bytes and then
+  // stalled would pass it for far longer than the timeout.
+  Failure check_stalls() const {
+    const auto limit = std::chrono::seconds(o_.timeout_s);
+    const auto now = Clock::now();
+    for (const auto& s : active_)
+      if (now - s->last_byte > limit)
+        return {ETIMEDOUT, obj_.url_ + ": " + verdict_text(Verdict::timed_out) + ": no bytes for " +
+                               std::to_string(o_.timeout_s) + " s (bytes " + range_text(parts_[s->index]) + ")"};
+    return {};
   }
 
   std::unique_ptr<Slot> release(Slot* s) {
