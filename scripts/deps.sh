@@ -67,7 +67,7 @@ gpufile_install_versitygw() {
     mkdir -p "$dir"
     GOBIN="$dir/bin" GOPATH="$dir/gopath" GOCACHE="$dir/gocache" GOFLAGS=-modcacherw \
       "$go" install "github.com/versity/versitygw/cmd/versitygw@$gpufile_versitygw_version" >&2
-    rm -rf "$dir/gocache"  # the module cache stays (small); the build cache is hundreds of MB
+    rm -rf "$dir/gocache" "$dir/gopath"  # hundreds of MB the binary no longer needs
   fi
   echo "$dir/bin/versitygw"
 }

@@ -2,7 +2,7 @@
 
 #include <dlfcn.h>
 
-#include <cstdlib>
+#include "sys/library.hpp"
 
 namespace gpufile::remote {
 namespace {
@@ -15,21 +15,17 @@ struct Loaded {
 
 Loaded load() {
   Loaded out;
-  const char* path = std::getenv("GPUFILE_CURL_LIBRARY");
-  if (path == nullptr || *path == '\0') path = "libcurl.so.4";
-  // Never dlclose: handles may still be cleaned up by static destructors at exit.
-  void* lib = dlopen(path, RTLD_NOW | RTLD_LOCAL);
-  if (lib == nullptr) {
-    const char* err = dlerror();
-    out.why = std::string("remote objects need libcurl, and ") + path + " cannot be loaded (" +
-              (err ? err : "unknown reason") + "; Debian: apt install libcurl4)";
+  const sys::Library lib = sys::load_library("GPUFILE_CURL_LIBRARY", "libcurl.so.4");
+  if (lib.handle == nullptr) {
+    out.why = "remote objects need libcurl, and " + lib.path + " cannot be loaded (" + lib.error +
+              "; Debian: apt install libcurl4)";
     return out;
   }
   Curl& c = out.curl;
 #define GPUFILE_CURL_BIND(name, sym, ret, params)                                 \
-  c.name = reinterpret_cast<ret(*) params>(dlsym(lib, sym));                      \
+  c.name = reinterpret_cast<ret(*) params>(dlsym(lib.handle, sym));               \
   if (c.name == nullptr) {                                                        \
-    out.why = std::string(path) + " lacks " + sym + " (libcurl too old?)";        \
+    out.why = lib.path + " lacks " + sym + " (libcurl too old?)";                 \
     return out;                                                                   \
   }
   GPUFILE_CURL_FUNCTIONS(GPUFILE_CURL_BIND)
@@ -46,7 +42,7 @@ Loaded load() {
 }
 
 const Loaded& loaded() {
-  static const Loaded* instance = new Loaded(load());  // leaked: see the dlclose note
+  static const Loaded* instance = new Loaded(load());  // leaked, as the library is
   return *instance;
 }
 
