@@ -66,6 +66,11 @@ unsigned StagingPool::take(Buffer** out, unsigned want) {
   return got;
 }
 
+unsigned StagingPool::made() {
+  std::lock_guard lock(mu_);
+  return made_;
+}
+
 void StagingPool::give(Buffer* const* bufs, unsigned n) {
   std::lock_guard lock(mu_);
   free_.insert(free_.end(), bufs, bufs + n);

@@ -49,6 +49,8 @@ class StagingPool {
   void init(uint64_t bytes, unsigned cap, unsigned ready);
   uint64_t bytes() const { return bytes_; }
   unsigned cap() const { return cap_; }
+  // Buffers made so far (lent or free).
+  unsigned made();
   // Up to `want` buffers into `out`; fewer, or none, when all are lent and the cap is reached
   // (or pinning more memory failed).
   unsigned take(Buffer** out, unsigned want);

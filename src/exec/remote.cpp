@@ -39,13 +39,13 @@ class DeviceSink final : public remote::PartSink {
     pool_.give(all.data(), static_cast<unsigned>(all.size()));
   }
 
-  // Up to `want` buffers; waits (up to `timeout`) while other reads hold them all.
-  remote::Failure lease(unsigned want, std::chrono::seconds timeout) {
+  // Up to `want` buffers. While other reads hold them all it waits for one to come back (reads
+  // end, within their retries and timeouts); with none made at all, pinning failed.
+  remote::Failure lease(unsigned want) {
     std::vector<exec::StagingPool::Buffer*> got(want);
-    const auto give_up = std::chrono::steady_clock::now() + timeout;
     unsigned n = 0;
     while ((n = pool_.take(got.data(), want)) == 0) {
-      if (std::chrono::steady_clock::now() > give_up)
+      if (pool_.made() == 0)
         return {ENOMEM, "no pinned staging memory for a remote read into GPU memory"};
       std::this_thread::sleep_for(std::chrono::milliseconds(1));
     }
@@ -167,7 +167,7 @@ IoResult Runtime::read_remote(remote::Object& obj, void* dst, uint64_t size, uin
       return {0, Error::of(Errc::pointer_range)};
     cuda::ScopedContext ctx(mem.context);
     DeviceSink sink(s->remote, mem, at, offset);
-    f = sink.lease(o.concurrency, std::chrono::seconds(o.timeout_s));
+    f = sink.lease(o.concurrency);
     if (f.ok()) f = obj.fetch(offset, n, o, sink);
   }
   if (!f.ok()) return fail(f.err, std::move(f.message));

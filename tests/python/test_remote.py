@@ -97,6 +97,36 @@ def test_futures_in_flight_together(server, obj):
         np.testing.assert_array_equal(o, data[i << 20:(i + 1) << 20])
 
 
+def test_a_server_without_ranges(server, rng):
+    server.ignore_range = True
+    small = rng.bytes(PART // 2)
+    server.put("/small", small)
+    server.put("/big", rng.bytes(4 * PART))
+    with gpufile.open(server.base + "/small") as f:  # one part: the whole object is what it asked
+        out = np.zeros(len(small), dtype=np.uint8)
+        assert f.read(out) == len(small) and out.tobytes() == small
+    with gpufile.open(server.base + "/big") as f:
+        before = len(ranged_gets(server))
+        with pytest.raises(OSError, match="does the server support ranges"):
+            f.read(np.zeros(4 * PART, dtype=np.uint8))
+    assert len(ranged_gets(server)) - before <= 4  # not retried: the same reply would come again
+
+
+def test_weak_etags_are_compared_but_not_sent_as_if_match(server, rng):
+    server.weak_etags = True
+    data = rng.bytes(3 * PART)
+    server.put("/weak", data)
+    with gpufile.open(server.base + "/weak") as f:
+        assert f.etag.startswith("W/")
+        out = np.zeros(len(data), dtype=np.uint8)
+        assert f.read(out) == len(data) and out.tobytes() == data
+        assert all("If-Match" not in h for _, _, h in ranged_gets(server))
+        server.faults.arm("replace", times=1, replace_with=rng.bytes(len(data)))
+        with pytest.raises(OSError, match="replaced") as e:
+            f.read(out)
+    assert e.value.errno == errno.ESTALE
+
+
 def test_missing_object_is_file_not_found(server):
     with pytest.raises(FileNotFoundError, match="no such object"):
         gpufile.open(server.base + "/nothing-here")

@@ -4,6 +4,9 @@ Listens on 127.0.0.1 only, on a port the kernel picks; started and stopped by th
 (tests/python/test_remote.py). Objects live in memory; each has an ETag that changes when it is
 replaced. Requests with If-Match for another ETag get 412, as S3 answers.
 
+Options: `require_header` (403 without it), `ignore_range` (a server without Range support),
+`weak_etags`.
+
 Faults, each for the next N ranged GETs (HEAD requests are never faulted unless `head_status`):
   status      answer with that status (503 storms: status=503)
   kill        send the headers and half the body, then close the connection
@@ -105,7 +108,7 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         if faults.take("status"):
             return self._reply(faults.status, b"<Error><Code>SlowDown</Code></Error>")
         m = re.fullmatch(r"bytes=(\d+)-(\d+)", self.headers.get("Range", ""))
-        if not m:
+        if not m or self.server.ignore_range:
             return self._reply(200, data, {"ETag": etag})
         first, last = int(m.group(1)), min(int(m.group(2)), len(data) - 1)
         body = data[first:last + 1]
@@ -142,6 +145,8 @@ class RangeServer(http.server.ThreadingHTTPServer):
         self.objects: dict[str, tuple[bytes, str]] = {}
         self.faults = Faults()
         self.require_header: str | None = None
+        self.ignore_range = False  # answer every GET with 200 and the whole object
+        self.weak_etags = False    # ETags as W/"..." (If-Match never matches those)
         self.requests: list[tuple[str, str, dict]] = []
         self._lock = threading.Lock()
         self._version = 0
@@ -157,7 +162,8 @@ class RangeServer(http.server.ThreadingHTTPServer):
     def put(self, path: str, data: bytes):
         with self._lock:
             self._version += 1
-            self.objects[path] = (bytes(data), f'"v{self._version}"')
+            etag = f'"v{self._version}"'
+            self.objects[path] = (bytes(data), "W/" + etag if self.weak_etags else etag)
 
     def record(self, handler):
         with self._lock:

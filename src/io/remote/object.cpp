@@ -208,9 +208,12 @@ Failure Object::open(const std::string& url, const Options& options, std::shared
   obj->request_ = std::move(req);
   if (Failure f = obj->head(); !f.ok()) return f;
   // From here on every request carries If-Match: the version the read began on, or nothing.
+  // Not for a weak ETag ("W/..."): If-Match compares strongly, so it would never match; the
+  // ETag of each reply is still compared.
   curl()->slist_free_all(obj->request_->list);
   obj->request_->list = nullptr;
-  obj->request_->build_list(obj->etag_);
+  const bool weak = obj->etag_.rfind("W/", 0) == 0;
+  obj->request_->build_list(weak ? std::string() : obj->etag_);
   *out = std::move(obj);
   return {};
 }
@@ -320,6 +323,7 @@ class Object::Fetch {
     char* mem = nullptr;
     uint64_t got = 0;
     bool accepted = false, checked = false, overflow = false;
+    bool wrong_range = false;  // a 2xx reply with other bytes than asked for (no Range support)
     Response response;
     Clock::time_point last_byte;  // when the transfer started or last received body bytes
   };
@@ -337,7 +341,11 @@ class Object::Fetch {
       const bool whole_ok = r.status == 200 && p.offset == 0 && p.length == s.fetch->obj_.size_;
       s.accepted = range_ok || whole_ok;
     }
-    if (!s.accepted) return bytes;  // not the bytes asked for: never into the caller's memory
+    if (!s.accepted) {  // not the bytes asked for: never into the caller's memory
+      const long status = s.response.status;
+      s.wrong_range = status >= 200 && status < 300;
+      return s.wrong_range ? 0 : bytes;  // an error page is read to its end, keeping the connection
+    }
     s.last_byte = Clock::now();
     if (s.got + bytes > p.length) {
       s.overflow = true;
@@ -418,7 +426,7 @@ class Object::Fetch {
     const bool same_version = obj_.etag_.empty() || r.etag.empty() || r.etag == obj_.etag_;
     const bool complete = s.accepted && s.got == p.length;
     Verdict v = judge(transport_of(rc), r.status, complete);
-    if (s.overflow) v = Verdict::failed;
+    if (s.overflow || s.wrong_range) v = Verdict::failed;  // the same reply would come again
     if (!same_version && (r.status == 200 || r.status == 206)) v = Verdict::changed;
     if (v == Verdict::done) {
       ++landed_;
@@ -439,11 +447,13 @@ class Object::Fetch {
     std::string what;
     if (s.overflow)
       what = "the server sent more bytes than asked for";
+    else if (s.wrong_range)
+      what = "the reply (HTTP " + std::to_string(s.response.status) +
+             ") is not the range asked for: does the server support ranges?";
     else if (rc != CURLE_OK)
       what = c_.easy_strerror(rc);
-    else if (s.response.status == 200 || s.response.status == 206)
-      what = s.accepted ? "short body: " + std::to_string(s.got) + " of " + std::to_string(p.length) + " bytes"
-                        : "the reply is not the range asked for (does the server support ranges?)";
+    else if (s.accepted)
+      what = "short body: " + std::to_string(s.got) + " of " + std::to_string(p.length) + " bytes";
     else
       what = "HTTP " + std::to_string(s.response.status);
     std::string text = obj_.url_ + ": ";
