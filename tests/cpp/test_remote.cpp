@@ -38,8 +38,9 @@ class ObjectServer {
     shutdown(listener_, SHUT_RDWR);
     acceptor_.join();
     std::lock_guard lock(mu_);
-    for (int fd : conns_) shutdown(fd, SHUT_RDWR);
+    for (int fd : conns_) shutdown(fd, SHUT_RDWR);  // wakes their recv()
     for (std::thread& t : workers_) t.join();
+    for (int fd : conns_) close(fd);  // only now: no thread uses them any more
     close(listener_);
   }
   std::string url(const std::string& path) const {
@@ -65,7 +66,7 @@ class ObjectServer {
       size_t end;
       while ((end = in.find("\r\n\r\n")) == std::string::npos) {
         ssize_t n = recv(fd, chunk, sizeof chunk, 0);
-        if (n <= 0) return close(fd), void();
+        if (n <= 0) return;  // the client hung up; the destructor closes the socket
         in.append(chunk, static_cast<size_t>(n));
       }
       std::string request = in.substr(0, end);
