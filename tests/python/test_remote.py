@@ -248,3 +248,21 @@ def test_without_libcurl_opening_a_url_says_so(server, obj, tmp_path):
                          timeout=60)
     assert out.returncode == 0, out.stderr
     assert "remote objects need libcurl" in out.stdout and "libcurl4" in out.stdout
+
+
+def test_https_verifies_the_server(tmp_path, rng, monkeypatch):
+    """TLS: the server's certificate is checked (CURL_CA_BUNDLE names one outside the system's
+    store, as for the curl tool)."""
+    use_settings()
+    data = rng.bytes(3 * PART + 1)
+    with RangeServer(tls_dir=tmp_path) as s:
+        s.put("/x", data)
+        monkeypatch.delenv("CURL_CA_BUNDLE", raising=False)
+        with pytest.raises(OSError, match="(?i)certificate") as e:
+            gpufile.open(s.base + "/x")
+        assert e.value.errno == errno.EIO
+        monkeypatch.setenv("CURL_CA_BUNDLE", s.ca_file)
+        with gpufile.open(s.base + "/x") as f:
+            out = np.zeros(len(data), dtype=np.uint8)
+            assert f.read(out) == len(data) and out.tobytes() == data
+    gpufile.driver_close()

@@ -24,7 +24,7 @@ from range_server import RangeServer  # noqa: E402
 from test_remote import PART, use_settings  # noqa: E402
 
 ACCESS, SECRET = "gpufiletestkey", "gpufiletestsecret1234"
-AWS_VARS = ["AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_REGION",
+AWS_VARS = ["AWS_CA_BUNDLE", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_REGION",
             "AWS_DEFAULT_REGION", "AWS_ENDPOINT_URL", "AWS_ENDPOINT_URL_S3", "AWS_PROFILE",
             "AWS_SHARED_CREDENTIALS_FILE", "AWS_CONFIG_FILE"]
 
@@ -194,3 +194,12 @@ def test_no_credentials_sends_unsigned_requests(aws_env, rng):
         aws_env.setenv("AWS_ENDPOINT_URL", s.base)
         read_all("s3://pub/x", 100)
         assert all("Authorization" not in h for _, _, h in s.requests)
+
+
+def test_https_endpoint_with_aws_ca_bundle(aws_env, rng, tmp_path):
+    with RangeServer(tls_dir=tmp_path) as s:
+        data = rng.bytes(2 * PART)
+        s.put("/bkt/k", data)
+        aws_env.setenv("AWS_ENDPOINT_URL", s.base)
+        aws_env.setenv("AWS_CA_BUNDLE", s.ca_file)
+        assert read_all("s3://bkt/k", len(data)).tobytes() == data

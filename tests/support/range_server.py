@@ -19,6 +19,8 @@ from __future__ import annotations
 import http.server
 import re
 import socket
+import ssl
+import subprocess
 import threading
 import time
 
@@ -140,8 +142,16 @@ class _Handler(http.server.BaseHTTPRequestHandler):
 class RangeServer(http.server.ThreadingHTTPServer):
     daemon_threads = True
 
-    def __init__(self):
+    def __init__(self, tls_dir=None):
+        """With `tls_dir`, HTTPS with a self-signed certificate for 127.0.0.1 made there
+        (`self.ca_file` is the certificate to trust)."""
         super().__init__(("127.0.0.1", 0), _Handler)
+        self.ca_file = None
+        if tls_dir is not None:
+            self.ca_file = self._make_certificate(tls_dir)
+            ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+            ctx.load_cert_chain(self.ca_file, str(tls_dir) + "/key.pem")
+            self.socket = ctx.wrap_socket(self.socket, server_side=True)
         self.objects: dict[str, tuple[bytes, str]] = {}
         self.faults = Faults()
         self.require_header: str | None = None
@@ -155,9 +165,19 @@ class RangeServer(http.server.ThreadingHTTPServer):
     def handle_error(self, request, client_address):
         pass  # a client that hung up (the tests' timeouts and aborts do) is no news
 
+    @staticmethod
+    def _make_certificate(tls_dir) -> str:
+        cert = str(tls_dir) + "/cert.pem"
+        subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1",
+                        "-subj", "/CN=127.0.0.1", "-addext", "subjectAltName=IP:127.0.0.1",
+                        "-keyout", str(tls_dir) + "/key.pem", "-out", cert],
+                       check=True, capture_output=True)
+        return cert
+
     @property
     def base(self) -> str:
-        return f"http://127.0.0.1:{self.server_address[1]}"
+        scheme = "https" if self.ca_file else "http"
+        return f"{scheme}://127.0.0.1:{self.server_address[1]}"
 
     def put(self, path: str, data: bytes):
         with self._lock:

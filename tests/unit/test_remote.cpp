@@ -120,14 +120,19 @@ TEST(RemoteAws, ProfilesOfTheFiles) {
   f.files["/h/.aws/credentials"] =
       "# comment\n[default]\naws_access_key_id = D\naws_secret_access_key = DS\n"
       "[p]\n  aws_access_key_id = P  \naws_secret_access_key=PS\naws_session_token = PT\r\n";
-  f.files["/h/.aws/config"] = "[profile p]\nregion = sa-east-1\nendpoint_url = http://cfg\n";
+  f.files["/h/.aws/config"] =
+      "[profile p]\nregion = sa-east-1\nendpoint_url = http://cfg\nca_bundle = /ca.pem\n";
   AwsConfig c = resolve_aws(f.get());
   EXPECT_EQ(c.access_key, "P");
   EXPECT_EQ(c.secret_key, "PS");
   EXPECT_EQ(c.session_token, "PT");
   EXPECT_EQ(c.region, "sa-east-1");
   EXPECT_EQ(c.endpoint, "http://cfg");
+  EXPECT_EQ(c.ca_bundle, "/ca.pem");
   EXPECT_EQ(c.credentials_from, "/h/.aws/credentials [p]");
+  f.env["AWS_CA_BUNDLE"] = "/env.pem";
+  EXPECT_EQ(resolve_aws(f.get()).ca_bundle, "/env.pem");
+  f.env.erase("AWS_CA_BUNDLE");
 
   // The config file's own keys, at a path the variables give, when the credentials file has none.
   f.env = {{"AWS_CONFIG_FILE", "/c"}, {"AWS_SHARED_CREDENTIALS_FILE", "/none"}};

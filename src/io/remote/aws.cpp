@@ -110,6 +110,7 @@ AwsConfig resolve_aws(const AwsSources& src) {
   if (c.region.empty()) c.region = "us-east-1";
   c.endpoint = src.env("AWS_ENDPOINT_URL_S3").value_or(
       src.env("AWS_ENDPOINT_URL").value_or(value_of(conf_section, "endpoint_url")));
+  c.ca_bundle = src.env("AWS_CA_BUNDLE").value_or(value_of(conf_section, "ca_bundle"));
   return c;
 }
 

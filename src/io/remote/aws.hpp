@@ -6,6 +6,7 @@
 //     else none: requests go unsigned (public buckets).
 //   region: AWS_REGION, AWS_DEFAULT_REGION, the profile's "region" in the config file, us-east-1.
 //   endpoint: AWS_ENDPOINT_URL_S3, AWS_ENDPOINT_URL, the profile's "endpoint_url"; none: AWS.
+//   CA bundle: AWS_CA_BUNDLE, the profile's "ca_bundle"; none: the system's.
 // Instance metadata, SSO and credential_process are not consulted (docs/remote.md).
 //
 // Pure: the environment and the files come in through Sources, so tests give fakes.
@@ -25,6 +26,7 @@ struct AwsConfig {
   std::string session_token;
   std::string region;
   std::string endpoint;
+  std::string ca_bundle;  // certificates to verify the endpoint with; empty: the system's
   std::string credentials_from;  // "environment", "<file> [profile]" or "" (none: unsigned)
   bool has_credentials() const { return !access_key.empty() && !secret_key.empty(); }
 };

@@ -4,6 +4,7 @@
 #include <cctype>
 #include <charconv>
 #include <chrono>
+#include <cstdlib>
 #include <cstring>
 #include <deque>
 #include <map>
@@ -121,6 +122,7 @@ struct Object::Request {
   bool follow_redirects = false;
   std::string sigv4;  // "aws:amz:REGION:s3"; empty: unsigned
   std::string user, password;
+  std::string ca_bundle;             // CURLOPT_CAINFO; empty: libcurl's default (the system's)
   std::vector<std::string> headers;  // besides If-Match
   curl_slist* list = nullptr;        // headers + If-Match, once the ETag is known
   std::string describe;              // the URL the user gave, for messages
@@ -149,6 +151,7 @@ struct Object::Request {
     c.easy_setopt(e, CURLOPT_FOLLOWLOCATION, follow_redirects ? 1L : 0L);
     c.easy_setopt(e, CURLOPT_MAXREDIRS, 5L);
     c.easy_setopt(e, CURLOPT_HTTPHEADER, list);
+    if (!ca_bundle.empty()) c.easy_setopt(e, CURLOPT_CAINFO, ca_bundle.c_str());
     if (!sigv4.empty()) {
       c.easy_setopt(e, CURLOPT_AWS_SIGV4, sigv4.c_str());
       c.easy_setopt(e, CURLOPT_USERNAME, user.c_str());
@@ -189,6 +192,7 @@ Failure Object::open(const std::string& url, const Options& options, std::shared
     const AwsConfig aws = resolve_aws(process_sources());
     const S3Address addr = s3_address(*s3, aws.region, aws.endpoint);
     req->http_url = addr.url;
+    req->ca_bundle = aws.ca_bundle;
     if (aws.has_credentials()) {
       if (!curl()->aws_sigv4)
         return {ENOTSUP, url + ": signed S3 requests need libcurl 7.75 or newer"};
@@ -203,6 +207,8 @@ Failure Object::open(const std::string& url, const Options& options, std::shared
   } else {
     req->http_url = url;
     req->follow_redirects = true;
+    // As the curl tool reads it: certificates for https:// servers outside the system's store.
+    if (const char* bundle = std::getenv("CURL_CA_BUNDLE"); bundle != nullptr) req->ca_bundle = bundle;
   }
   req->build_list("");
   obj->request_ = std::move(req);
