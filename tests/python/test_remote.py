@@ -76,6 +76,18 @@ def test_read_into_device_memory_is_byte_exact(server, obj):
     assert gpufile.stats()["pinned_staging_bytes"] == 0  # and given back
 
 
+def test_connections_are_reused(server, obj):
+    url, data = obj
+    out = np.zeros(data.size, dtype=np.uint8)
+    with gpufile.open(url) as f:
+        assert f.read(out) == data.size
+        first = server.connections
+        assert first <= 1 + 8  # the HEAD's, and at most one per GET in flight (concurrency 8)
+        assert f.read(out) == data.size
+        assert server.connections == first  # the second read opened none
+    assert len(ranged_gets(server)) == 2 * -(-data.size // PART)
+
+
 def test_offsets_and_the_end_of_the_object(server, obj):
     url, data = obj
     with gpufile.open(url) as f:

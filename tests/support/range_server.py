@@ -158,9 +158,15 @@ class RangeServer(http.server.ThreadingHTTPServer):
         self.ignore_range = False  # answer every GET with 200 and the whole object
         self.weak_etags = False    # ETags as W/"..." (If-Match never matches those)
         self.requests: list[tuple[str, str, dict]] = []
+        self.connections = 0  # accepted so far
         self._lock = threading.Lock()
         self._version = 0
         self._thread = threading.Thread(target=self.serve_forever, daemon=True)
+
+    def process_request(self, request, client_address):
+        with self._lock:
+            self.connections += 1
+        super().process_request(request, client_address)
 
     def handle_error(self, request, client_address):
         pass  # a client that hung up (the tests' timeouts and aborts do) is no news

@@ -295,6 +295,10 @@ class Object::Fetch {
         limit_(std::max(1u, o.concurrency)), sink_(sink), tries_(parts_.size(), 0),
         idle_(client.easies) {
     for (size_t i = 0; i < parts_.size(); ++i) ready_.push_back(i);
+    // Keep a connection for each transfer in flight between reads (libcurl's default cache
+    // follows the handles added at the moment, and shrank below that between two reads).
+    if (client_.multi != nullptr)
+      c_.multi_setopt(client_.multi, CURLMOPT_MAXCONNECTS, static_cast<long>(limit_));
   }
 
   Failure run() {
