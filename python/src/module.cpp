@@ -422,6 +422,56 @@ class PyRemoteFile {
   std::unique_ptr<api::RemoteFile> file_;
 };
 
+// A new s3:// object, written front to back (multipart upload); it appears when closed.
+class PyRemoteWriter {
+ public:
+  explicit PyRemoteWriter(const std::string& url) : url_(url) {
+    remote::Failure f;
+    {
+      nb::gil_scoped_release unlocked;
+      f = api::RemoteWriter::open(url, &writer_);
+    }
+    if (!f.ok()) raise_os(f.err, f.message, url);
+  }
+  ~PyRemoteWriter() {
+    nb::gil_scoped_release unlocked;
+    writer_.reset();  // aborts an upload that was not closed
+  }
+
+  uint64_t write(nb::handle buf, std::optional<uint64_t> size, uint64_t buf_offset) {
+    auto b = Buffer::acquire(buf, false);
+    const uint64_t n = span(*b, size, buf_offset);
+    IoResult r;
+    remote::Failure why;
+    {
+      nb::gil_scoped_release unlocked;
+      r = writer_->write(reinterpret_cast<const void*>(b->addr() + buf_offset), n, &why);
+    }
+    if (!r.ok() && !why.ok()) raise_os(why.err, why.message, url_);
+    if (!r.ok()) raise(r.error, "write", url_.c_str());
+    return r.bytes;
+  }
+  void close() {
+    remote::Failure f;
+    {
+      nb::gil_scoped_release unlocked;
+      f = writer_->close();
+    }
+    if (!f.ok()) raise_os(f.err, f.message, url_);
+  }
+  void abort() {
+    nb::gil_scoped_release unlocked;
+    writer_->abort();
+  }
+  bool closed() const { return writer_->closed(); }
+  uint64_t written() const { return writer_->written(); }
+  const std::string& url() const { return url_; }
+
+ private:
+  std::string url_;
+  std::unique_ptr<api::RemoteWriter> writer_;
+};
+
 // ---- settings and statistics -----------------------------------------------------------------
 
 nb::object json_loads(const std::string& text) {
@@ -565,6 +615,24 @@ NB_MODULE(_gpufile, m) {
       .def("pwrite", [](PyRemoteFile&, nb::args, nb::kwargs) -> PyFuture* {
         raise_unsupported("remote objects are read-only");
       });
+
+  nb::class_<PyRemoteWriter>(m, "RemoteWriter",
+                             "A new s3:// object, written front to back; it appears when closed "
+                             "(docs/remote.md).")
+      .def(nb::init<const std::string&>(), "url"_a)
+      .def("write", &PyRemoteWriter::write, "buf"_a, "size"_a = nb::none(), "buf_offset"_a = 0,
+           "Appends the bytes of any GPU or host buffer; returns how many.")
+      .def("close", &PyRemoteWriter::close, "Sends the rest and completes the upload.")
+      .def("abort", &PyRemoteWriter::abort, "Drops what was written: the object is not made.")
+      .def("__enter__", [](nb::handle self) { return nb::borrow(self); })
+      .def("__exit__", [](PyRemoteWriter& w, nb::args exc) {
+        if (exc.size() == 0 || exc[0].is_none()) w.close();
+        else w.abort();  // an exception in the block: nothing half-written appears
+      })
+      .def_prop_ro("closed", &PyRemoteWriter::closed)
+      .def_prop_ro("mode", [](const PyRemoteWriter&) { return std::string("w"); })
+      .def_prop_ro("name", &PyRemoteWriter::url)
+      .def("tell", &PyRemoteWriter::written, "Bytes written so far.");
 
   register_device_buffer(m);
 

@@ -12,6 +12,7 @@
 
 #include "api/file.hpp"
 #include "io/remote/object.hpp"
+#include "io/remote/upload.hpp"
 
 namespace gpufile::api {
 
@@ -42,6 +43,37 @@ class RemoteFile {
   std::shared_ptr<remote::Object> object_;
   std::shared_ptr<std::atomic<int>> running_ = std::make_shared<std::atomic<int>>(0);
   bool closed_ = false;
+};
+
+// A new s3:// object, written front to back (S3 multipart upload): it appears, whole, when
+// close() succeeds; an abort, a failure or destroying a writer that was not closed leaves the
+// bucket as it was.
+class RemoteWriter {
+ public:
+  static remote::Failure open(const std::string& url, std::unique_ptr<RemoteWriter>* out);
+  ~RemoteWriter();  // aborts unless closed
+  RemoteWriter(const RemoteWriter&) = delete;
+  RemoteWriter& operator=(const RemoteWriter&) = delete;
+
+  const std::string& url() const { return upload_->url(); }
+  uint64_t written() const { return written_; }
+  bool closed() const { return done_; }
+  // Appends `size` bytes from `buf` (host or GPU memory); sends each part as it fills. After a
+  // failure the upload is aborted and later calls fail.
+  IoResult write(const void* buf, uint64_t size, remote::Failure* why);
+  // Sends the last part and completes the upload: the object exists from here on.
+  remote::Failure close();
+  void abort();
+
+ private:
+  RemoteWriter() = default;
+  remote::Failure flush_part();
+  remote::Failure fail(remote::Failure f);
+
+  std::unique_ptr<remote::Upload> upload_;
+  char* part_ = nullptr;  // pinned: GPU memory is copied in with the driver's DMA
+  uint64_t part_bytes_ = 0, filled_ = 0, written_ = 0;
+  bool done_ = false;
 };
 
 }  // namespace gpufile::api

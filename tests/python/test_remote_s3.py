@@ -203,3 +203,65 @@ def test_https_endpoint_with_aws_ca_bundle(aws_env, rng, tmp_path):
         aws_env.setenv("AWS_ENDPOINT_URL", s.base)
         aws_env.setenv("AWS_CA_BUNDLE", s.ca_file)
         assert read_all("s3://bkt/k", len(data)).tobytes() == data
+
+
+# ---- writes: multipart upload ----
+
+@pytest.fixture
+def s3_env(aws_env, bucket):
+    endpoint, _ = bucket
+    aws_env.setenv("AWS_ENDPOINT_URL", endpoint)
+    aws_env.setenv("AWS_ACCESS_KEY_ID", ACCESS)
+    aws_env.setenv("AWS_SECRET_ACCESS_KEY", SECRET)
+    return aws_env
+
+
+def test_write_from_host_memory_then_read_back(s3_env, rng):
+    data = rng.integers(0, 256, size=(11 << 20) + 3, dtype=np.uint8)  # three parts of 5 MiB
+    with gpufile.open("s3://data/up/host.bin", "w") as w:
+        assert isinstance(w, gpufile.RemoteWriter)
+        assert w.write(data[:1000]) == 1000  # pieces of any size, appended
+        assert w.write(data, buf_offset=1000) == data.size - 1000
+        assert w.tell() == data.size
+        with pytest.raises(FileNotFoundError):
+            gpufile.open("s3://data/up/host.bin")  # not there before the close
+    np.testing.assert_array_equal(read_all("s3://data/up/host.bin", data.size), data)
+
+
+@needs_gpu_driver
+def test_write_from_device_memory(s3_env, rng):
+    data = rng.integers(0, 256, size=(6 << 20) + 5, dtype=np.uint8)
+    buf = gpufile.DeviceBuffer(data.size)
+    buf.copy_from_host(data)
+    with gpufile.open("s3://data/up/dev.bin", "w") as w:
+        assert w.write(buf) == data.size
+    np.testing.assert_array_equal(read_all("s3://data/up/dev.bin", data.size), data)
+
+
+def test_an_exception_in_the_block_aborts_the_upload(s3_env, rng):
+    with pytest.raises(KeyError):
+        with gpufile.open("s3://data/up/aborted.bin", "w") as w:
+            w.write(rng.integers(0, 256, size=6 << 20, dtype=np.uint8))  # a part went out
+            raise KeyError("stop")
+    with pytest.raises(FileNotFoundError):
+        gpufile.open("s3://data/up/aborted.bin")
+    with pytest.raises(OSError, match="the upload is over"):
+        w.write(np.zeros(4, dtype=np.uint8))
+
+
+def test_an_empty_object(s3_env):
+    with gpufile.open("s3://data/up/empty", "w"):
+        pass
+    with gpufile.open("s3://data/up/empty") as f:
+        assert f.size() == 0
+        assert f.read(np.zeros(4, dtype=np.uint8)) == 0
+
+
+def test_write_errors(s3_env, aws_env):
+    with pytest.raises(FileNotFoundError, match="no such bucket"):
+        gpufile.open("s3://nobucket/x", "w")
+    aws_env.setenv("AWS_SECRET_ACCESS_KEY", "not-the-secret")
+    with pytest.raises(PermissionError):
+        gpufile.open("s3://data/x", "w")
+    with pytest.raises(ValueError, match="read-only"):
+        gpufile.open("http://127.0.0.1:1/x", "w")

@@ -24,6 +24,7 @@ namespace gpufile::remote {
   X(easy_setopt, "curl_easy_setopt", CURLcode, (CURL*, CURLoption, ...))                        \
   X(easy_getinfo, "curl_easy_getinfo", CURLcode, (CURL*, CURLINFO, ...))                        \
   X(easy_perform, "curl_easy_perform", CURLcode, (CURL*))                                       \
+  X(easy_reset, "curl_easy_reset", void, (CURL*))                                               \
   X(easy_cleanup, "curl_easy_cleanup", void, (CURL*))                                           \
   X(easy_strerror, "curl_easy_strerror", const char*, (CURLcode))                               \
   X(slist_append, "curl_slist_append", curl_slist*, (curl_slist*, const char*))                 \

@@ -18,24 +18,9 @@
 #include <vector>
 
 #include "io/remote/policy.hpp"
+#include "io/remote/request.hpp"
 
 namespace gpufile::remote {
-
-struct Options {
-  uint64_t part_bytes = 8u << 20;  // one ranged GET
-  unsigned concurrency = 16;       // ranged GETs in flight for one read
-  unsigned retries = 5;            // further tries of a part (or the HEAD) before failing
-  uint64_t backoff_ms = 100;       // wait before the first retry, doubled for each next one
-  unsigned timeout_s = 30;         // connect, and no byte received for this long: ETIMEDOUT
-};
-
-// A failure: an errno (ENOENT, EACCES, ESTALE, ETIMEDOUT, EIO, ELIBACC, EINVAL, ...) and one
-// sentence that names the object and what happened.
-struct Failure {
-  int err = 0;
-  std::string message;
-  bool ok() const { return err == 0; }
-};
 
 // Where the bytes of the parts of one fetch land.
 class PartSink {
@@ -74,7 +59,6 @@ class Object {
   Failure fetch(uint64_t offset, uint64_t length, const Options& o, PartSink& sink);
 
  private:
-  struct Request;  // how every request to this object is made (URL, signing, headers)
   struct Client;   // a multi handle and its easy handles, for one fetch at a time
   class Fetch;
   Object() = default;
