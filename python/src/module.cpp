@@ -339,17 +339,31 @@ class PyFile {
 
 // ---- remote objects ----------------------------------------------------------------------------
 
+// An api::RemoteFile or RemoteWriter, opened with the GIL released; a failure is its OSError.
+template <class T>
+std::unique_ptr<T> open_remote(const std::string& url) {
+  std::unique_ptr<T> out;
+  remote::Failure f;
+  {
+    nb::gil_scoped_release unlocked;
+    f = T::open(url, &out);
+  }
+  if (!f.ok()) raise_os(f.err, f.message, url);
+  return out;
+}
+
+// A failed remote IO: its own sentence when it has one.
+[[noreturn]] void raise_remote(const IoResult& r, const remote::Failure& why, const char* what,
+                               const std::string& url) {
+  if (!why.ok()) raise_os(why.err, why.message, url);
+  raise(r.error, what, url.c_str());
+}
+
 // An http://, https:// or s3:// object: File's read side (docs/remote.md).
 class PyRemoteFile {
  public:
-  explicit PyRemoteFile(const std::string& url) : url_(url) {
-    remote::Failure f;
-    {
-      nb::gil_scoped_release unlocked;
-      f = api::RemoteFile::open(url, &file_);
-    }
-    if (!f.ok()) raise_os(f.err, f.message, url);
-  }
+  explicit PyRemoteFile(const std::string& url)
+      : url_(url), file_(open_remote<api::RemoteFile>(url)) {}
   ~PyRemoteFile() {
     nb::gil_scoped_release unlocked;
     file_.reset();
@@ -380,8 +394,7 @@ class PyRemoteFile {
       nb::gil_scoped_release unlocked;
       r = file_->read(reinterpret_cast<void*>(b->addr() + buf_offset), n, offset(file_offset), &why);
     }
-    if (!r.ok() && !why.ok()) raise_os(why.err, why.message, url_);
-    if (!r.ok()) raise(r.error, "read", url_.c_str());
+    if (!r.ok()) raise_remote(r, why, "read", url_);
     return r.bytes;
   }
 
@@ -425,14 +438,8 @@ class PyRemoteFile {
 // A new s3:// object, written front to back (multipart upload); it appears when closed.
 class PyRemoteWriter {
  public:
-  explicit PyRemoteWriter(const std::string& url) : url_(url) {
-    remote::Failure f;
-    {
-      nb::gil_scoped_release unlocked;
-      f = api::RemoteWriter::open(url, &writer_);
-    }
-    if (!f.ok()) raise_os(f.err, f.message, url);
-  }
+  explicit PyRemoteWriter(const std::string& url)
+      : url_(url), writer_(open_remote<api::RemoteWriter>(url)) {}
   ~PyRemoteWriter() {
     nb::gil_scoped_release unlocked;
     writer_.reset();  // aborts an upload that was not closed
@@ -447,8 +454,7 @@ class PyRemoteWriter {
       nb::gil_scoped_release unlocked;
       r = writer_->write(reinterpret_cast<const void*>(b->addr() + buf_offset), n, &why);
     }
-    if (!r.ok() && !why.ok()) raise_os(why.err, why.message, url_);
-    if (!r.ok()) raise(r.error, "write", url_.c_str());
+    if (!r.ok()) raise_remote(r, why, "write", url_);
     return r.bytes;
   }
   void close() {
