@@ -265,3 +265,23 @@ def test_write_errors(s3_env, aws_env):
         gpufile.open("s3://data/x", "w")
     with pytest.raises(ValueError, match="read-only"):
         gpufile.open("http://127.0.0.1:1/x", "w")
+
+
+def test_write_retries_a_few_failed_parts_and_aborts_after_many(aws_env, rng):
+    use_settings(remote_retries=3)
+    with RangeServer() as s:
+        aws_env.setenv("AWS_ENDPOINT_URL", s.base)
+        data = rng.bytes((5 << 20) + 100)
+        s.faults.arm("status", times=2)  # the first part is refused twice, then taken
+        with gpufile.open("s3://b/ok", "w") as w:
+            w.write(np.frombuffer(data, dtype=np.uint8))
+        assert s.faults.fired["status"] == 2
+        assert s.objects["/b/ok"][0] == data
+
+        s.faults.arm("status")  # for ever
+        w = gpufile.open("s3://b/never", "w")
+        with pytest.raises(OSError, match="HTTP 503.*4 tries"):
+            w.write(np.frombuffer(data, dtype=np.uint8))
+        assert "/b/never" not in s.objects
+        assert not s.uploads  # aborted: the server dropped the parts
+        assert any(r[0] == "DELETE" for r in s.requests)

@@ -13,6 +13,7 @@ Faults, each for the next N ranged GETs (HEAD requests are never faulted unless 
   truncate    a 206 whose body (and Content-Length) is shorter than the range asked for
   stall       send the headers and a few bytes, then nothing for `stall_seconds`
   replace     after N GETs, replace the object: new bytes, new ETag
+The multipart upload requests of S3 are served too (`status` faults their part uploads).
 """
 from __future__ import annotations
 
@@ -139,13 +140,59 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         self.wfile.flush()
 
 
+def _query(path: str) -> dict:
+    q = path.partition("?")[2]
+    return dict((kv.partition("=")[0], kv.partition("=")[2]) for kv in q.split("&") if kv)
+
+
+class _UploadHandler:
+    """S3's multipart upload, enough for the writer's tests (POST ?uploads=, PUT ?partNumber=N
+    &uploadId=ID, POST ?uploadId=ID, DELETE ?uploadId=ID). Parts are faulted like GETs."""
+
+    def do_POST(self):
+        self.server.record(self)
+        body = self.rfile.read(int(self.headers.get("Content-Length", 0)))
+        path, q = self.path.partition("?")[0], _query(self.path)
+        if "uploads" in q:
+            upload = self.server.start_upload(path)
+            return self._reply(200, f"<InitiateMultipartUploadResult><UploadId>{upload}</UploadId>"
+                                    "</InitiateMultipartUploadResult>".encode())
+        parts = self.server.uploads.pop(q.get("uploadId"), None)
+        if parts is None:
+            return self._reply(404, b"<Error><Code>NoSuchUpload</Code></Error>")
+        order = re.findall(rb"<PartNumber>(\d+)</PartNumber>", body)
+        self.server.put(path, b"".join(parts[int(n)] for n in order))
+        self._reply(200, b"<CompleteMultipartUploadResult></CompleteMultipartUploadResult>")
+
+    def do_PUT(self):
+        self.server.record(self)
+        body = self.rfile.read(int(self.headers.get("Content-Length", 0)))
+        q = _query(self.path)
+        if self.server.faults.take("status"):
+            return self._reply(self.server.faults.status, b"<Error><Code>SlowDown</Code></Error>")
+        parts = self.server.uploads.get(q.get("uploadId"))
+        if parts is None:
+            return self._reply(404, b"<Error><Code>NoSuchUpload</Code></Error>")
+        parts[int(q["partNumber"])] = body
+        self._reply(200, b"", {"ETag": f'"p{q["partNumber"]}"'})
+
+    def do_DELETE(self):
+        self.server.record(self)
+        self.server.uploads.pop(_query(self.path).get("uploadId"), None)
+        self._reply(204)
+
+
+class _FullHandler(_UploadHandler, _Handler):
+    pass
+
+
 class RangeServer(http.server.ThreadingHTTPServer):
     daemon_threads = True
 
     def __init__(self, tls_dir=None):
         """With `tls_dir`, HTTPS with a self-signed certificate for 127.0.0.1 made there
         (`self.ca_file` is the certificate to trust)."""
-        super().__init__(("127.0.0.1", 0), _Handler)
+        super().__init__(("127.0.0.1", 0), _FullHandler)
         self.ca_file = None
         if tls_dir is not None:
             self.ca_file = self._make_certificate(tls_dir)
@@ -159,6 +206,7 @@ class RangeServer(http.server.ThreadingHTTPServer):
         self.weak_etags = False    # ETags as W/"..." (If-Match never matches those)
         self.requests: list[tuple[str, str, dict]] = []
         self.connections = 0  # accepted so far
+        self.uploads: dict[str, dict[int, bytes]] = {}  # multipart uploads in progress
         self._lock = threading.Lock()
         self._version = 0
         self._thread = threading.Thread(target=self.serve_forever, daemon=True)
@@ -190,6 +238,13 @@ class RangeServer(http.server.ThreadingHTTPServer):
             self._version += 1
             etag = f'"v{self._version}"'
             self.objects[path] = (bytes(data), "W/" + etag if self.weak_etags else etag)
+
+    def start_upload(self, path: str) -> str:
+        with self._lock:
+            self._version += 1
+            upload = f"up{self._version}"
+            self.uploads[upload] = {}
+            return upload
 
     def record(self, handler):
         with self._lock:
