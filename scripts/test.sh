@@ -6,12 +6,26 @@
 # (tests/support/fakecuda). Exit status 0 only if all pass.
 #   GPUFILE_TEST_SANITIZERS=0  skips the sanitizer passes.
 #   GPUFILE_TEST_FUZZ=0        skips the fuzz step; GPUFILE_FUZZ_SECONDS=N fuzzes each target N s.
+#   GPUFILE_TEST_NO_S3=1       skips the S3 tests (no versitygw is built).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/deps.sh
 gpufile_install_deps
 gpufile_install_test_deps
 jobs=$(nproc)
+
+# versitygw, the S3 server of tests/python/test_remote_s3.py, is built from the Go module proxy
+# the first time (minutes of compiling), then reused from build/tools/. The build runs in the
+# background at low priority, in the idle time of the C++ suite, and the Python step waits for it.
+# GPUFILE_TEST_NO_S3=1 skips it and those tests.
+if [ "${GPUFILE_TEST_NO_S3:-0}" != 1 ]; then
+  mkdir -p build/tools
+  # Its own process group, so that a test.sh that fails before the wait stops the whole build.
+  setsid nice -n 10 bash -c 'source scripts/deps.sh && gpufile_install_versitygw' \
+    >build/tools/versitygw.path 2>build/tools/versitygw.log &
+  versitygw_build=$!
+  trap 'kill -- "-$versitygw_build" 2>/dev/null || true' EXIT
+fi
 
 run_suite() {  # name, build dir, extra cmake args...
   local name=$1 dir=$2
@@ -28,6 +42,18 @@ run_suite default build/test -DCMAKE_BUILD_TYPE=RelWithDebInfo
 # extension is built by scikit-build-core + nanobind from PyPI), then pytest against the CUDA
 # driver test double built above.
 echo "== gpufile tests: python"
+if [ -n "${versitygw_build:-}" ]; then
+  wait_status=0
+  wait "$versitygw_build" || wait_status=$?
+  trap - EXIT
+  if [ "$wait_status" != 0 ]; then
+    cat build/tools/versitygw.log >&2
+    echo "gpufile tests: building versitygw failed (GPUFILE_TEST_NO_S3=1 skips the S3 tests)" >&2
+    exit 1
+  fi
+  GPUFILE_VERSITYGW=$(cat build/tools/versitygw.path)
+  export GPUFILE_VERSITYGW
+fi
 rm -rf build/venv
 python3 -m venv build/venv
 build/venv/bin/python -m pip install -q --upgrade pip

@@ -42,6 +42,7 @@ class GPUFILE_API Future {
 
  private:
   friend class File;
+  friend class RemoteFile;
   struct Impl;
   explicit Future(std::unique_ptr<Impl> impl) noexcept;
   std::unique_ptr<Impl> impl_;

@@ -6,5 +6,6 @@
 #include "gpufile/buffer.hpp"
 #include "gpufile/error.hpp"
 #include "gpufile/file.hpp"
+#include "gpufile/remote.hpp"
 #include "gpufile/settings.hpp"
 #include "gpufile/stats.hpp"

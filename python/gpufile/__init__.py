@@ -17,6 +17,8 @@ from ._gpufile import (
     Error,
     File,
     Future,
+    RemoteFile,
+    RemoteWriter,
     StreamFuture,
     cuda_available,
     cuda_unavailable_reason,
@@ -35,18 +37,32 @@ from ._arrays import DeviceArray
 __version__ = "0.1.0"
 
 __all__ = [
-    "DeviceArray", "DeviceBuffer", "Error", "File", "Future", "StreamFuture", "cuda_available",
+    "DeviceArray", "DeviceBuffer", "Error", "File", "Future", "RemoteFile", "RemoteWriter", "StreamFuture", "cuda_available",
     "cuda_unavailable_reason", "device_count", "driver_close", "driver_is_open", "driver_open",
     "engine", "open", "set_setting", "settings", "stats", "stats_reset",
 ]
 
 
-def open(path: "str | os.PathLike[str]", mode: str = "r") -> File:  # noqa: A001 (mirrors builtins.open)
+_REMOTE_SCHEMES = ("http://", "https://", "s3://")
+
+
+def open(path: "str | os.PathLike[str]", mode: str = "r") -> "File | RemoteFile | RemoteWriter":  # noqa: A001 (mirrors builtins.open)
     """Opens and registers a file for IO to and from GPU or host memory.
 
     Modes as Python's: "r", "r+", "w", "w+", "x", "x+"; "a"/"a+" create the file if missing and
     keep its contents (writes go to the offsets given: cuFile has no appending mode).
+
+    An ``http://``, ``https://`` or ``s3://`` URL opens a remote object instead: mode "r" gives
+    a RemoteFile with the same read, pread and size; mode "w" on ``s3://`` a RemoteWriter that
+    writes a new object front to back, made when it is closed (docs/remote.md).
     """
+    if isinstance(path, str) and path[:8].lower().startswith(_REMOTE_SCHEMES):
+        if mode in ("r", "rb"):
+            return RemoteFile(path)
+        if mode in ("w", "wb") and path[:5].lower() == "s3://":
+            return RemoteWriter(path)
+        raise ValueError(f"mode {mode!r} for {path}: remote objects open with 'r', and s3:// "
+                         "objects also with 'w' (http(s):// objects are read-only)")
     return File(os.fspath(path), mode)
 
 

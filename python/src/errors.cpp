@@ -54,6 +54,12 @@ void raise(const Error& e, const char* what, const char* filename) {
   throw nb::python_error();
 }
 
+void raise_os(int err, const std::string& message, const std::string& filename) {
+  nb::object args = nb::make_tuple(err, message, filename);
+  PyErr_SetObject(PyExc_OSError, args.ptr());
+  throw nb::python_error();
+}
+
 void raise_message(const std::string& message) {
   PyErr_SetString(gpufile_error, message.c_str());
   throw nb::python_error();

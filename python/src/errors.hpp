@@ -16,6 +16,9 @@ void register_errors(nb::module_ m);
 // Each raises a Python exception (throws nb::python_error).
 [[noreturn]] void raise(const Error& e, const char* what, const char* filename = nullptr);
 [[noreturn]] void raise_message(const std::string& message);
+// OSError(err, message, filename): the subclass errno picks (FileNotFoundError, ...), with a
+// message that already says what happened (remote objects' failures).
+[[noreturn]] void raise_os(int err, const std::string& message, const std::string& filename);
 [[noreturn]] void raise_timeout(double seconds);
 // A failed stream op's *bytes_p: -errno, or -CUfileOpError.
 [[noreturn]] void raise_stream_result(long long negative);

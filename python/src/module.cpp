@@ -12,6 +12,7 @@
 #include <string>
 
 #include "api/file.hpp"
+#include "api/remote_file.hpp"
 #include "capi/capi.hpp"
 #include "buffer.hpp"
 #include "core/config.hpp"
@@ -42,8 +43,8 @@ int open_flags(const std::string& mode) {
 // An IO on the workers, with the memory it uses held until it finished.
 class PyFuture {
  public:
-  PyFuture(std::unique_ptr<api::Future> f, std::unique_ptr<Buffer> b)
-      : future_(std::move(f)), buffer_(std::move(b)) {}
+  PyFuture(std::unique_ptr<api::Future> f, std::unique_ptr<Buffer> b, std::string what = "")
+      : future_(std::move(f)), buffer_(std::move(b)), what_(std::move(what)) {}
   ~PyFuture() {
     {
       nb::gil_scoped_release unlocked;
@@ -65,6 +66,8 @@ class PyFuture {
       if (finished) r = future_->wait();
     }
     if (!finished) raise_timeout(*timeout);
+    if (!r.ok() && r.error.code == Errc::system && !future_->message().empty())
+      raise_os(r.error.sys_errno, future_->message(), what_);
     if (!r.ok()) raise(r.error, "IO");
     buffer_.reset();  // the IO is over: let go of the caller's memory now
     return r.bytes;
@@ -73,6 +76,7 @@ class PyFuture {
  private:
   std::unique_ptr<api::Future> future_;
   std::unique_ptr<Buffer> buffer_;
+  std::string what_;  // the file named in failures
 };
 
 // A read or write ordered on a CUDA stream (cuFileReadAsync / cuFileWriteAsync). Its parameters
@@ -172,6 +176,28 @@ cuda::CUstream stream_of(nb::handle s) {
 }
 
 // ---- files -----------------------------------------------------------------------------------
+
+// As Python's files do for an IO the mode does not allow: io.UnsupportedOperation.
+[[noreturn]] void raise_unsupported(const char* message) {
+  nb::object unsupported = nb::module_::import_("io").attr("UnsupportedOperation");
+  PyErr_SetString(unsupported.ptr(), message);
+  throw nb::python_error();
+}
+
+  // Bytes to move: `size`, or the rest of the buffer after `buf_offset`; checked against it.
+uint64_t span(const Buffer& b, std::optional<uint64_t> size, uint64_t buf_offset) {
+  if (buf_offset > b.nbytes())
+    throw nb::value_error(("buf_offset " + std::to_string(buf_offset) + " is past the end of the " +
+                           std::to_string(b.nbytes()) + "-byte buffer").c_str());
+  const uint64_t room = b.nbytes() - buf_offset;
+  if (!size) return room;
+  if (*size > room)
+    throw nb::value_error(("size " + std::to_string(*size) + " does not fit the buffer: " +
+                           std::to_string(room) + " bytes from buf_offset " +
+                           std::to_string(buf_offset)).c_str());
+  return *size;
+}
+
 
 class PyFile {
  public:
@@ -292,26 +318,8 @@ class PyFile {
   void check_open(sys::IoKind kind) const {
     check_open();
     const bool ok = kind == sys::IoKind::read ? access_ != O_WRONLY : access_ != O_RDONLY;
-    if (!ok) {
-      nb::object unsupported = nb::module_::import_("io").attr("UnsupportedOperation");
-      PyErr_SetString(unsupported.ptr(), kind == sys::IoKind::read ? "File not open for reading"
-                                                                   : "File not open for writing");
-      throw nb::python_error();
-    }
-  }
-
-  // Bytes to move: `size`, or the rest of the buffer after `buf_offset`; checked against it.
-  static uint64_t span(const Buffer& b, std::optional<uint64_t> size, uint64_t buf_offset) {
-    if (buf_offset > b.nbytes())
-      throw nb::value_error(("buf_offset " + std::to_string(buf_offset) + " is past the end of the " +
-                             std::to_string(b.nbytes()) + "-byte buffer").c_str());
-    const uint64_t room = b.nbytes() - buf_offset;
-    if (!size) return room;
-    if (*size > room)
-      throw nb::value_error(("size " + std::to_string(*size) + " does not fit the buffer: " +
-                             std::to_string(room) + " bytes from buf_offset " +
-                             std::to_string(buf_offset)).c_str());
-    return *size;
+    if (!ok)
+      raise_unsupported(kind == sys::IoKind::read ? "File not open for reading" : "File not open for writing");
   }
 
   PyFuture* start_at(sys::IoKind kind, uintptr_t addr, uint64_t n, int64_t file_offset,
@@ -329,6 +337,147 @@ class PyFile {
   std::unique_ptr<api::File> file_;
   std::string mode_;
   int access_ = O_RDONLY;  // O_RDONLY, O_WRONLY or O_RDWR, from the mode once (checked per IO)
+};
+
+// ---- remote objects ----------------------------------------------------------------------------
+
+// An api::RemoteFile or RemoteWriter, opened with the GIL released; a failure is its OSError.
+template <class T>
+std::unique_ptr<T> open_remote(const std::string& url) {
+  std::unique_ptr<T> out;
+  remote::Failure f;
+  {
+    nb::gil_scoped_release unlocked;
+    f = T::open(url, &out);
+  }
+  if (!f.ok()) raise_os(f.err, f.message, url);
+  return out;
+}
+
+// A failed remote IO: its own sentence when it has one.
+[[noreturn]] void raise_remote(const IoResult& r, const remote::Failure& why, const char* what,
+                               const std::string& url) {
+  if (!why.ok()) raise_os(why.err, why.message, url);
+  raise(r.error, what, url.c_str());
+}
+
+// An http://, https:// or s3:// object: File's read side (docs/remote.md).
+class PyRemoteFile {
+ public:
+  explicit PyRemoteFile(const std::string& url)
+      : url_(url), file_(open_remote<api::RemoteFile>(url)) {}
+  ~PyRemoteFile() {
+    nb::gil_scoped_release unlocked;
+    file_.reset();
+  }
+
+  void close() {
+    nb::gil_scoped_release unlocked;
+    if (file_) file_->close();
+  }
+  bool closed() const { return !file_ || file_->closed(); }
+  const std::string& url() const { return url_; }
+  uint64_t size() const {
+    check_open();
+    return file_->size();
+  }
+  const std::string& etag() const {
+    check_open();
+    return file_->etag();
+  }
+
+  uint64_t read(nb::handle buf, std::optional<uint64_t> size, int64_t file_offset, uint64_t buf_offset) {
+    check_open();
+    auto b = Buffer::acquire(buf, true);
+    const uint64_t n = span(*b, size, buf_offset);
+    IoResult r;
+    remote::Failure why;
+    {
+      nb::gil_scoped_release unlocked;
+      r = file_->read(reinterpret_cast<void*>(b->addr() + buf_offset), n, offset(file_offset), &why);
+    }
+    if (!r.ok()) raise_remote(r, why, "read", url_);
+    return r.bytes;
+  }
+
+  PyFuture* pread(nb::handle buf, std::optional<uint64_t> size, int64_t file_offset, uint64_t buf_offset) {
+    check_open();
+    auto b = Buffer::acquire(buf, true);
+    const uint64_t n = span(*b, size, buf_offset);
+    const uintptr_t at = b->addr() + buf_offset;
+    return start(at, n, file_offset, std::move(b));
+  }
+
+  PyFuture* pread_ptr(uintptr_t addr, uint64_t size, int64_t file_offset) {
+    check_open();
+    return start(addr, size, file_offset, nullptr);
+  }
+
+ private:
+  void check_open() const {
+    if (closed()) throw nb::value_error("I/O operation on closed gpufile.RemoteFile");
+  }
+  static uint64_t offset(int64_t file_offset) {
+    if (file_offset < 0) throw nb::value_error("file_offset must not be negative");
+    return static_cast<uint64_t>(file_offset);
+  }
+  PyFuture* start(uintptr_t addr, uint64_t n, int64_t file_offset, std::unique_ptr<Buffer> b) {
+    const uint64_t at = offset(file_offset);
+    std::unique_ptr<api::Future> f;
+    Error e;
+    {
+      nb::gil_scoped_release unlocked;
+      e = file_->start(reinterpret_cast<void*>(addr), n, at, &f);
+    }
+    if (e) raise(e, "pread", url_.c_str());
+    return new PyFuture(std::move(f), std::move(b), url_);
+  }
+
+  std::string url_;
+  std::unique_ptr<api::RemoteFile> file_;
+};
+
+// A new s3:// object, written front to back (multipart upload); it appears when closed.
+class PyRemoteWriter {
+ public:
+  explicit PyRemoteWriter(const std::string& url)
+      : url_(url), writer_(open_remote<api::RemoteWriter>(url)) {}
+  ~PyRemoteWriter() {
+    nb::gil_scoped_release unlocked;
+    writer_.reset();  // aborts an upload that was not closed
+  }
+
+  uint64_t write(nb::handle buf, std::optional<uint64_t> size, uint64_t buf_offset) {
+    auto b = Buffer::acquire(buf, false);
+    const uint64_t n = span(*b, size, buf_offset);
+    IoResult r;
+    remote::Failure why;
+    {
+      nb::gil_scoped_release unlocked;
+      r = writer_->write(reinterpret_cast<const void*>(b->addr() + buf_offset), n, &why);
+    }
+    if (!r.ok()) raise_remote(r, why, "write", url_);
+    return r.bytes;
+  }
+  void close() {
+    remote::Failure f;
+    {
+      nb::gil_scoped_release unlocked;
+      f = writer_->close();
+    }
+    if (!f.ok()) raise_os(f.err, f.message, url_);
+  }
+  void abort() {
+    nb::gil_scoped_release unlocked;
+    writer_->abort();
+  }
+  bool closed() const { return writer_->closed(); }
+  uint64_t written() const { return writer_->written(); }
+  const std::string& url() const { return url_; }
+
+ private:
+  std::string url_;
+  std::unique_ptr<api::RemoteWriter> writer_;
 };
 
 // ---- settings and statistics -----------------------------------------------------------------
@@ -430,6 +579,48 @@ NB_MODULE(_gpufile, m) {
            },
            "buf"_a, "stream"_a, "size"_a = nb::none(), "file_offset"_a = 0, "buf_offset"_a = 0,
            nb::rv_policy::take_ownership);
+
+  nb::class_<PyRemoteFile>(m, "RemoteFile",
+                           "An http://, https:// or s3:// object, read-only (docs/remote.md).")
+      .def(nb::init<const std::string&>(), "url"_a)
+      .def("close", &PyRemoteFile::close, "Waits for reads in flight; later reads raise ValueError.")
+      .def("__enter__", [](nb::handle self) { return nb::borrow(self); })
+      .def("__exit__", [](PyRemoteFile& f, nb::args) { f.close(); })
+      .def_prop_ro("closed", &PyRemoteFile::closed)
+      .def_prop_ro("mode", [](const PyRemoteFile&) { return std::string("r"); })
+      .def_prop_ro("name", &PyRemoteFile::url)
+      .def_prop_ro("etag", &PyRemoteFile::etag, "The ETag the object had at open (every read checks it).")
+      .def("size", &PyRemoteFile::size, "The object's size in bytes, as it was at open.")
+      .def("read", &PyRemoteFile::read, "buf"_a, "size"_a = nb::none(), "file_offset"_a = 0,
+           "buf_offset"_a = 0)
+      .def("pread", &PyRemoteFile::pread, "buf"_a, "size"_a = nb::none(), "file_offset"_a = 0,
+           "buf_offset"_a = 0, nb::rv_policy::take_ownership)
+      .def("pread_ptr", &PyRemoteFile::pread_ptr, "ptr"_a, "size"_a, "file_offset"_a = 0,
+           nb::rv_policy::take_ownership)
+      .def("write", [](PyRemoteFile&, nb::args, nb::kwargs) -> uint64_t {
+        raise_unsupported("remote objects are read-only");
+      })
+      .def("pwrite", [](PyRemoteFile&, nb::args, nb::kwargs) -> PyFuture* {
+        raise_unsupported("remote objects are read-only");
+      });
+
+  nb::class_<PyRemoteWriter>(m, "RemoteWriter",
+                             "A new s3:// object, written front to back; it appears when closed "
+                             "(docs/remote.md).")
+      .def(nb::init<const std::string&>(), "url"_a)
+      .def("write", &PyRemoteWriter::write, "buf"_a, "size"_a = nb::none(), "buf_offset"_a = 0,
+           "Appends the bytes of any GPU or host buffer; returns how many.")
+      .def("close", &PyRemoteWriter::close, "Sends the rest and completes the upload.")
+      .def("abort", &PyRemoteWriter::abort, "Drops what was written: the object is not made.")
+      .def("__enter__", [](nb::handle self) { return nb::borrow(self); })
+      .def("__exit__", [](PyRemoteWriter& w, nb::args exc) {
+        if (exc.size() == 0 || exc[0].is_none()) w.close();
+        else w.abort();  // an exception in the block: nothing half-written appears
+      })
+      .def_prop_ro("closed", &PyRemoteWriter::closed)
+      .def_prop_ro("mode", [](const PyRemoteWriter&) { return std::string("w"); })
+      .def_prop_ro("name", &PyRemoteWriter::url)
+      .def("tell", &PyRemoteWriter::written, "Bytes written so far.");
 
   register_device_buffer(m);
   register_rows(m);

@@ -6,6 +6,7 @@
 
 #include <condition_variable>
 #include <mutex>
+#include <thread>
 
 #include "sys/os.hpp"
 
@@ -41,10 +42,42 @@ struct Future::State {
   std::condition_variable cv;
   bool done = false;
   IoResult result;
+  std::string message;
+  std::thread runner;  // remote reads: the thread that runs it (joined by the Future)
+
+  void finish(const IoResult& r, std::string why) {
+    {
+      std::lock_guard lock(mu);
+      result = r;
+      message = std::move(why);
+      done = true;
+    }
+    cv.notify_all();
+  }
 };
 
 Future::~Future() {
-  if (state_) wait();
+  if (!state_) return;
+  wait();
+  if (state_->runner.joinable()) state_->runner.join();
+}
+
+std::unique_ptr<Future> Future::spawn(std::function<IoResult(std::string* message)> task) {
+  std::unique_ptr<Future> f(new Future());
+  f->state_ = std::make_shared<State>();
+  // The thread's callable, and with it the task and what it holds, is destroyed after finish():
+  // the Future is done first.
+  f->state_->runner = std::thread([state = f->state_.get(), task = std::move(task)] {
+    std::string message;
+    IoResult r = task(&message);
+    state->finish(r, std::move(message));
+  });
+  return f;
+}
+
+std::string Future::message() const {
+  std::lock_guard lock(state_->mu);
+  return state_->message;
 }
 
 bool Future::done() const {

@@ -7,6 +7,7 @@
 #include <sys/types.h>
 
 #include <chrono>
+#include <functional>
 #include <cstdint>
 #include <memory>
 #include <optional>
@@ -39,11 +40,18 @@ class Future {
   IoResult wait();
   // Waits at most `timeout`; false when the IO is still running.
   bool wait_for(std::chrono::nanoseconds timeout);
+  // Once done: the reason of a failure in one sentence, when the IO gave one (remote reads do),
+  // else empty.
+  std::string message() const;
 
  private:
   friend class File;
+  friend class RemoteFile;
   struct State;
   Future() = default;
+  // A Future whose IO is `task`, run on a thread of its own (joined by the Future); the task
+  // returns the result and may set the failure's sentence.
+  static std::unique_ptr<Future> spawn(std::function<IoResult(std::string* message)> task);
   std::shared_ptr<State> state_;
 };
 

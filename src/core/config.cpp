@@ -92,6 +92,16 @@ constexpr SizeKey kSizeKeys[] = {
      GPUFILE_FIELD(caller_slabs), std::nullopt},
     {"gpufile.pagecache_dma_mb", "GPUFILE_PAGECACHE_DMA_MB", kNoParam, 0, 1ull << 30, 1,
      GPUFILE_FIELD(pagecache_dma_mb), std::nullopt},
+    {"gpufile.remote_part_kb", "GPUFILE_REMOTE_PART_KB", kNoParam, 4, 1048576, 1,
+     GPUFILE_FIELD(remote_part_kb), std::nullopt},
+    {"gpufile.remote_concurrency", "GPUFILE_REMOTE_CONCURRENCY", kNoParam, 1, 256, 1,
+     GPUFILE_FIELD(remote_concurrency), std::nullopt},
+    {"gpufile.remote_retries", "GPUFILE_REMOTE_RETRIES", kNoParam, 0, 100, 1,
+     GPUFILE_FIELD(remote_retries), std::nullopt},
+    {"gpufile.remote_backoff_ms", "GPUFILE_REMOTE_BACKOFF_MS", kNoParam, 1, 60000, 1,
+     GPUFILE_FIELD(remote_backoff_ms), std::nullopt},
+    {"gpufile.remote_timeout_s", "GPUFILE_REMOTE_TIMEOUT_S", kNoParam, 1, 3600, 1,
+     GPUFILE_FIELD(remote_timeout_s), std::nullopt},
 };
 #undef GPUFILE_FIELD
 

@@ -82,6 +82,12 @@ struct Settings {
   size_t caller_slabs = 0;         // GPUFILE_CALLER_SLABS: callers' staging slabs; 0 = 2 per core, 8 or more
   size_t pagecache_dma_mb = 8192;  // GPUFILE_PAGECACHE_DMA_MB: page cache registered for DMA at most; 0 = off
   NumaPlacement numa_placement = NumaPlacement::automatic;  // GPUFILE_NUMA_PLACEMENT: auto|off
+  // Remote objects (src/io/remote, docs/remote.md).
+  size_t remote_part_kb = 8192;    // GPUFILE_REMOTE_PART_KB: one ranged GET (and its staging buffer)
+  size_t remote_concurrency = 16;  // GPUFILE_REMOTE_CONCURRENCY: ranged GETs in flight per read
+  size_t remote_retries = 5;       // GPUFILE_REMOTE_RETRIES: further tries of a failed request
+  size_t remote_backoff_ms = 100;  // GPUFILE_REMOTE_BACKOFF_MS: first wait before a retry, doubled after
+  size_t remote_timeout_s = 30;    // GPUFILE_REMOTE_TIMEOUT_S: connect / no-byte-received limit
 };
 
 }  // namespace gpufile

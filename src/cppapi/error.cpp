@@ -79,6 +79,10 @@ void raise(const Error& e, std::string_view what, std::string_view path) {
   throw Exception(code_of(e), context, e.code == Errc::cuda ? e.cu_result : 0);
 }
 
+void raise_text(const Error& e, std::string_view message) {
+  throw Exception(code_of(e), std::string(message), e.code == Errc::cuda ? e.cu_result : 0);
+}
+
 void raise(errc code, std::string_view message) {
   throw Exception(make_error_code(code), std::string(message));
 }

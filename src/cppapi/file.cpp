@@ -8,6 +8,7 @@
 
 #include "api/file.hpp"
 #include "cppapi/access.hpp"
+#include "cppapi/future.hpp"
 #include "cppapi/raise.hpp"
 
 namespace gpufile {
@@ -40,19 +41,6 @@ const char* name_of(sys::IoKind kind) { return kind == sys::IoKind::read ? "read
 
 // ---- Future ----------------------------------------------------------------------------------
 
-struct Future::Impl {
-  std::unique_ptr<api::Future> io;
-  std::string path;  // for the error's message
-  sys::IoKind kind = sys::IoKind::read;
-
-  // The IO of a Future, or errc::invalid_argument for one that holds none.
-  static api::Future& io_of(const std::unique_ptr<Impl>& impl, const char* what) {
-    if (!impl)
-      cppapi::raise(errc::invalid_argument, std::string(what) + ": the Future holds no IO");
-    return *impl->io;
-  }
-};
-
 Future::Future() noexcept = default;
 Future::Future(std::unique_ptr<Impl> impl) noexcept : impl_(std::move(impl)) {}
 Future::~Future() = default;  // ~api::Future waits for a running IO
@@ -71,6 +59,8 @@ bool Future::wait_for(std::chrono::nanoseconds timeout) const {
 
 std::size_t Future::get() const {
   IoResult r = Impl::io_of(impl_, "Future::get").wait();
+  // Remote reads say what happened in a sentence of their own (it names the URL).
+  if (!r.ok() && !impl_->io->message().empty()) cppapi::raise_text(r.error, impl_->io->message());
   if (!r.ok()) cppapi::raise(r.error, name_of(impl_->kind), impl_->path);
   return r.bytes;
 }

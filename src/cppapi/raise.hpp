@@ -19,5 +19,7 @@ std::error_code code_of(const Error& e);
 // Throws Exception; its what() reads "<what>[ <path>]: <reason>".
 [[noreturn]] void raise(const Error& e, std::string_view what, std::string_view path = {});
 [[noreturn]] void raise(errc code, std::string_view message);
+// Throws Exception with the code of `e` and `message` as its what(), whole.
+[[noreturn]] void raise_text(const Error& e, std::string_view message);
 
 }  // namespace gpufile::cppapi

@@ -7,6 +7,8 @@
 #include <cstdlib>
 #include <mutex>
 
+#include "sys/library.hpp"
+
 namespace gpufile::cuda {
 namespace {
 
@@ -42,17 +44,14 @@ bool bind_symbols(void* lib, Driver& d, std::string& why) {
 
 Loaded load() {
   Loaded out;
-  const char* path = std::getenv("GPUFILE_CUDA_LIBRARY");
-  if (path == nullptr || *path == '\0') path = "libcuda.so.1";
-  // Never dlclose: the driver must outlive every static destructor that might still call it
-  // (the exit-time crashes of other cuFile users come from exactly that).
-  void* lib = dlopen(path, RTLD_NOW | RTLD_LOCAL);
-  if (lib == nullptr) {
-    const char* err = dlerror();
-    out.why = std::string("no CUDA driver: cannot load ") + path + (err ? std::string(" (") + err + ")" : "");
+  // Never dlclose'd (load_library): the driver must outlive every static destructor that might
+  // still call it (the exit-time crashes of other cuFile users come from exactly that).
+  const sys::Library lib = sys::load_library("GPUFILE_CUDA_LIBRARY", "libcuda.so.1");
+  if (lib.handle == nullptr) {
+    out.why = "no CUDA driver: cannot load " + lib.path + " (" + lib.error + ")";
     return out;
   }
-  if (!bind_symbols(lib, out.driver, out.why)) return out;
+  if (!bind_symbols(lib.handle, out.driver, out.why)) return out;
   Driver& d = out.driver;
   g_initialised.store(true);
   if (CUresult r = d.Init(0); r != CUDA_SUCCESS) {

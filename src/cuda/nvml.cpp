@@ -2,7 +2,7 @@
 
 #include <dlfcn.h>
 
-#include <cstdlib>
+#include "sys/library.hpp"
 
 namespace gpufile::cuda {
 namespace {
@@ -27,9 +27,7 @@ struct Nvml {
 // nothing at exit may find it gone).
 Nvml load() {
   Nvml n;
-  const char* path = std::getenv("GPUFILE_NVML_LIBRARY");
-  if (path == nullptr || *path == '\0') path = "libnvidia-ml.so.1";
-  void* lib = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+  void* lib = sys::load_library("GPUFILE_NVML_LIBRARY", "libnvidia-ml.so.1").handle;
   if (lib == nullptr) return n;
   auto init = reinterpret_cast<nvmlReturn_t (*)()>(dlsym(lib, "nvmlInit_v2"));
   n.DeviceGetHandleByPciBusId = reinterpret_cast<decltype(n.DeviceGetHandleByPciBusId)>(

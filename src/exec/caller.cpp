@@ -67,9 +67,24 @@ unsigned StagingPool::take(Buffer** out, unsigned want) {
   return got;
 }
 
+unsigned StagingPool::made() {
+  std::lock_guard lock(mu_);
+  return made_;
+}
+
 void StagingPool::give(Buffer* const* bufs, unsigned n) {
   std::lock_guard lock(mu_);
   free_.insert(free_.end(), bufs, bufs + n);
+}
+
+cuda::CUstream StagingPool::Buffer::stream(cuda::CUcontext ctx) {
+  for (const Stream& s : streams)
+    if (s.ctx == ctx) return s.stream;
+  constexpr unsigned kBlockingStream = 0;  // CU_STREAM_DEFAULT: ordered after the legacy stream
+  cuda::CUstream s = nullptr;
+  if (cuda::driver()->StreamCreate(&s, kBlockingStream) != cuda::CUDA_SUCCESS) return nullptr;
+  streams.push_back({ctx, s});
+  return s;
 }
 
 StagingLease::StagingLease(StagingPool& pool, unsigned want)
@@ -230,7 +245,7 @@ class CallerRun {
   Error start_copy(Turn& t, uint64_t n) {
     const cuda::Driver* d = cuda::driver();
     const cuda::CUdeviceptr dev = job_.addr + (t.c.off - job_.file_off);
-    t.stream = stream_for(*t.buf);
+    t.stream = t.buf->stream(job_.mem.context);
     cuda::CUresult r;
     if (t.stream == nullptr) {  // no stream of its own: a synchronous copy
       r = reading() ? d->MemcpyHtoD(dev, t.host, n) : d->MemcpyDtoH(t.host, dev, n);
@@ -249,18 +264,6 @@ class CallerRun {
     if (t.stream == nullptr) return Error::none();
     cuda::CUresult r = cuda::driver()->StreamSynchronize(t.stream);
     return r == cuda::CUDA_SUCCESS ? Error::none() : Error::cu(r);
-  }
-
-  // The buffer's stream in the job's context (current on this thread), made at first use; null
-  // when the driver will not make one.
-  cuda::CUstream stream_for(StagingPool::Buffer& b) {
-    for (const StagingPool::Buffer::Stream& s : b.streams)
-      if (s.ctx == job_.mem.context) return s.stream;
-    constexpr unsigned kBlockingStream = 0;  // CU_STREAM_DEFAULT: ordered after the legacy stream
-    cuda::CUstream s = nullptr;
-    if (cuda::driver()->StreamCreate(&s, kBlockingStream) != cuda::CUDA_SUCCESS) return nullptr;
-    b.streams.push_back({job_.mem.context, s});
-    return s;
   }
 
   void report(const Chunk& c, uint64_t got, Error err) {

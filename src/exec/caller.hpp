@@ -32,6 +32,11 @@ class StagingPool {
       cuda::CUstream stream = nullptr;
     };
     std::vector<Stream> streams;  // one per context it copied for, made at first use
+
+    // The buffer's copy stream in `ctx` (current on this thread), made at first use; null when
+    // the driver will not make one (copy synchronously then). A blocking stream: ordered after
+    // the legacy stream, as the comment at the top says.
+    cuda::CUstream stream(cuda::CUcontext ctx);
   };
 
   StagingPool() = default;
@@ -44,6 +49,8 @@ class StagingPool {
   void init(uint64_t bytes, unsigned cap, unsigned ready);
   uint64_t bytes() const { return bytes_; }
   unsigned cap() const { return cap_; }
+  // Buffers made so far (lent or free).
+  unsigned made();
   // Up to `want` buffers into `out`; fewer, or none, when all are lent and the cap is reached
   // (or pinning more memory failed).
   unsigned take(Buffer** out, unsigned want);

@@ -22,6 +22,12 @@
 
 namespace gpufile {
 
+namespace remote {
+class Object;
+struct Options;
+struct Failure;
+}  // namespace remote
+
 struct Session;
 struct FileHandle;
 struct BufferRegistration;
@@ -134,6 +140,16 @@ class Runtime {
   // and bytes count for successful calls only). Every API layer calls this once per call.
   static void count_call(sys::IoKind kind, const IoResult& r,
                          std::chrono::steady_clock::time_point started);
+  // ---- remote objects (src/io/remote; exec/remote.cpp) ----
+  // The remote-object settings of the session (opening it if needed).
+  Error remote_options(remote::Options* out);
+  // Reads up to `size` bytes of `obj` from `offset` into memory at `dst` (host or GPU): fewer
+  // only at the object's end. GPU memory is reached through the session's pinned staging, each
+  // part's copy to the GPU running while the next parts arrive; host memory takes the bytes in
+  // place. On failure the bytes are 0 and `why` holds the reason; a driver close waits for it.
+  IoResult read_remote(remote::Object& obj, void* dst, uint64_t size, uint64_t offset,
+                       remote::Failure* why);
+
   // Shorthand: prepare + run.
   IoResult read_write(sys::IoKind kind, void* handle, const void* base, uint64_t size,
                       int64_t file_offset, int64_t buffer_offset);

@@ -108,6 +108,10 @@ void init_caller_staging(Session& s, const exec::ExecutorConfig& c, const exec::
   const unsigned slabs = s.settings.caller_slabs ? static_cast<unsigned>(s.settings.caller_slabs)
                                                  : budget.caller_slabs;
   s.slabs.init(c.slab_bytes, slabs, 2);
+  // Remote reads (exec/remote.cpp) pin theirs only when the first one needs them: most
+  // sessions never read a remote object.
+  const unsigned remote = static_cast<unsigned>(std::max<size_t>(4, 2 * s.settings.remote_concurrency));
+  s.remote.init(s.settings.remote_part_kb * 1024, remote, 0);
 }
 
 // Pinned page cache cannot be reclaimed while registered: at most the setting, and at most an

@@ -58,6 +58,7 @@ struct Session {
   exec::StagingPool small;  // callers' staging for small IO (up to small_io_kb)
   exec::StagingPool slabs;  // callers' staging for the pieces of larger IO (one slab each)
   std::shared_ptr<exec::PageCacheDma> pagecache_dma;  // null: that path is off
+  exec::StagingPool remote; // remote reads into GPU memory: one buffer per ranged GET in flight
   bool gpu = false;
   std::string placement_why;  // the NUMA placement decision, in one sentence
   std::atomic<int> inflight{0};

@@ -1,0 +1,75 @@
+// gpufile::RemoteFile over api::RemoteFile (src/api/remote_file.hpp).
+#include "gpufile/remote.hpp"
+
+#include "api/remote_file.hpp"
+#include "cppapi/future.hpp"
+#include "cppapi/raise.hpp"
+
+namespace gpufile {
+
+namespace {
+
+[[noreturn]] void raise_failure(const remote::Failure& f) {
+  cppapi::raise_text(Error::sys(f.err), f.message);
+}
+
+}  // namespace
+
+struct RemoteFile::Impl {
+  std::unique_ptr<api::RemoteFile> file;
+  std::string url;
+};
+
+RemoteFile::RemoteFile() noexcept = default;
+
+RemoteFile::RemoteFile(const std::string& url) : impl_(std::make_unique<Impl>()) {
+  impl_->url = url;
+  if (remote::Failure f = api::RemoteFile::open(url, &impl_->file); !f.ok()) raise_failure(f);
+}
+
+RemoteFile::~RemoteFile() = default;  // ~api::RemoteFile waits for reads in flight
+RemoteFile::RemoteFile(RemoteFile&& other) noexcept = default;
+RemoteFile& RemoteFile::operator=(RemoteFile&& other) noexcept = default;
+
+void RemoteFile::close() {
+  if (!closed()) impl_->file->close();
+}
+
+bool RemoteFile::closed() const noexcept { return !impl_ || !impl_->file || impl_->file->closed(); }
+
+const std::string& RemoteFile::url() const noexcept {
+  static const std::string none;
+  return impl_ ? impl_->url : none;
+}
+
+std::uint64_t RemoteFile::size() const {
+  if (closed()) cppapi::raise(Error::sys(EBADF), "size (the RemoteFile is closed)", url());
+  return impl_->file->size();
+}
+
+const std::string& RemoteFile::etag() const {
+  if (closed()) cppapi::raise(Error::sys(EBADF), "etag (the RemoteFile is closed)", url());
+  return impl_->file->etag();
+}
+
+std::size_t RemoteFile::read(void* buf, std::size_t size, std::uint64_t offset,
+                             std::size_t buf_offset) {
+  if (closed()) cppapi::raise(Error::sys(EBADF), "read (the RemoteFile is closed)", url());
+  remote::Failure why;
+  IoResult r = impl_->file->read(static_cast<char*>(buf) + buf_offset, size, offset, &why);
+  if (!r.ok() && !why.ok()) raise_failure(why);
+  if (!r.ok()) cppapi::raise(r.error, "read", url());
+  return r.bytes;
+}
+
+Future RemoteFile::pread(void* buf, std::size_t size, std::uint64_t offset,
+                         std::size_t buf_offset) {
+  if (closed()) cppapi::raise(Error::sys(EBADF), "pread (the RemoteFile is closed)", url());
+  auto future = std::make_unique<Future::Impl>();
+  future->path = url();
+  if (Error e = impl_->file->start(static_cast<char*>(buf) + buf_offset, size, offset, &future->io))
+    cppapi::raise(e, "pread", url());
+  return Future(std::move(future));
+}
+
+}  // namespace gpufile

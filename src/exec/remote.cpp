@@ -1,0 +1,177 @@
+// Remote reads on the runtime: where the bytes of each ranged GET land. Host memory takes them
+// in place; GPU memory through buffers of the session's `remote` staging pool, each part copied
+// to the GPU on its buffer's stream as soon as it landed, while the next parts still arrive.
+#include <algorithm>
+#include <chrono>
+#include <deque>
+#include <thread>
+#include <vector>
+
+#include "cuda/memory.hpp"
+#include "exec/runtime.hpp"
+#include "exec/session.hpp"
+#include "io/remote/object.hpp"
+
+namespace gpufile {
+namespace {
+
+class HostSink final : public remote::PartSink {
+ public:
+  HostSink(char* dst, uint64_t base) : dst_(dst), base_(base) {}
+  char* begin(size_t, const remote::Part& p) override { return dst_ + (p.offset - base_); }
+  remote::Failure landed(size_t, const remote::Part&, char*) override { return {}; }
+  void dropped(size_t, char*) override {}
+  remote::Failure finish() override { return {}; }
+
+ private:
+  char* dst_;
+  uint64_t base_;
+};
+
+// Staging buffers lent for one read; each lands one part at a time, then copies it to the GPU.
+class DeviceSink final : public remote::PartSink {
+ public:
+  DeviceSink(exec::StagingPool& pool, const cuda::MemInfo& mem, cuda::CUdeviceptr dst, uint64_t base)
+      : pool_(pool), mem_(mem), dst_(dst), base_(base) {}
+  ~DeviceSink() override {
+    std::vector<exec::StagingPool::Buffer*> all;
+    for (const Held& h : held_) all.push_back(h.buf);
+    pool_.give(all.data(), static_cast<unsigned>(all.size()));
+  }
+
+  // Up to `want` buffers. While other reads hold them all it waits for one to come back (reads
+  // end, within their retries and timeouts); with none made at all, pinning failed.
+  remote::Failure lease(unsigned want) {
+    std::vector<exec::StagingPool::Buffer*> got(want);
+    unsigned n = 0;
+    while ((n = pool_.take(got.data(), want)) == 0) {
+      if (pool_.made() == 0)
+        return {ENOMEM, "no pinned staging memory for a remote read into GPU memory"};
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+    for (unsigned i = 0; i < n; ++i) {
+      held_.push_back({got[i], nullptr});
+      free_.push_back(i);
+    }
+    return {};
+  }
+
+  char* begin(size_t, const remote::Part&) override {
+    if (free_.empty() && !copying_.empty()) recycle_oldest();
+    if (free_.empty()) return nullptr;
+    const unsigned i = free_.front();
+    free_.pop_front();
+    return held_[i].buf->mem;
+  }
+
+  remote::Failure landed(size_t, const remote::Part& p, char* mem) override {
+    const unsigned i = index_of(mem);
+    Held& h = held_[i];
+    const cuda::Driver* d = cuda::driver();
+    const cuda::CUdeviceptr to = dst_ + (p.offset - base_);
+    h.stream = h.buf->stream(mem_.context);
+    cuda::CUresult r = h.stream ? d->MemcpyHtoDAsync(to, mem, p.length, h.stream)
+                                : d->MemcpyHtoD(to, mem, p.length);
+    if (r != cuda::CUDA_SUCCESS) {
+      if (h.stream) d->StreamSynchronize(h.stream);  // nothing may still read the buffer
+      free_.push_back(i);
+      return {EIO, "copy to the GPU failed: " + cuda::describe(r)};
+    }
+    (h.stream ? copying_ : free_).push_back(i);
+    return {};
+  }
+
+  void dropped(size_t, char* mem) override { free_.push_back(index_of(mem)); }
+
+  remote::Failure finish() override {
+    while (!copying_.empty()) recycle_oldest();
+    return copy_failure_;
+  }
+
+ private:
+  struct Held {
+    exec::StagingPool::Buffer* buf;
+    cuda::CUstream stream;
+  };
+
+  unsigned index_of(const char* mem) const {
+    unsigned i = 0;
+    while (held_[i].buf->mem != mem) ++i;
+    return i;
+  }
+
+  void recycle_oldest() {
+    const unsigned i = copying_.front();
+    copying_.pop_front();
+    if (cuda::CUresult r = cuda::driver()->StreamSynchronize(held_[i].stream);
+        r != cuda::CUDA_SUCCESS && copy_failure_.ok())
+      copy_failure_ = {EIO, "copy to the GPU failed: " + cuda::describe(r)};
+    free_.push_back(i);
+  }
+
+  exec::StagingPool& pool_;
+  const cuda::MemInfo& mem_;
+  const cuda::CUdeviceptr dst_;
+  const uint64_t base_;
+  std::vector<Held> held_;
+  std::deque<unsigned> free_, copying_;
+  remote::Failure copy_failure_;
+};
+
+remote::Options options_of(const Settings& s) {
+  remote::Options o;
+  o.part_bytes = s.remote_part_kb * 1024;
+  o.concurrency = static_cast<unsigned>(s.remote_concurrency);
+  o.retries = static_cast<unsigned>(s.remote_retries);
+  o.backoff_ms = s.remote_backoff_ms;
+  o.timeout_s = static_cast<unsigned>(s.remote_timeout_s);
+  return o;
+}
+
+}  // namespace
+
+Error Runtime::remote_options(remote::Options* out) {
+  if (Error e = ensure_open()) return e;
+  *out = options_of(settings());
+  return Error::none();
+}
+
+IoResult Runtime::read_remote(remote::Object& obj, void* dst, uint64_t size, uint64_t offset,
+                              remote::Failure* why) {
+  auto fail = [why](int err, std::string message) {
+    *why = {err, std::move(message)};
+    return IoResult{0, Error::sys(err)};
+  };
+  if (Error e = ensure_open()) return {0, e};
+  std::shared_ptr<Session> s = session();
+  if (!s) return {0, Error::of(Errc::driver_not_open)};
+  s->inflight.fetch_add(1, std::memory_order_acq_rel);  // a driver close waits for this read
+  struct Admitted {
+    Session& s;
+    ~Admitted() { drop(s.inflight); }
+  } admitted{*s};
+
+  const uint64_t n = offset >= obj.size() ? 0 : std::min(size, obj.size() - offset);
+  if (n == 0) return {0, Error::none()};
+  if (dst == nullptr) return {0, Error::of(Errc::invalid_argument)};
+  cuda::MemInfo mem;
+  if (Error e = cuda::classify(dst, &mem)) return {0, e};
+  const remote::Options o = options_of(s->settings);
+  remote::Failure f;
+  if (!mem.needs_staging()) {
+    HostSink sink(static_cast<char*>(dst), offset);
+    f = obj.fetch(offset, n, o, sink);
+  } else {
+    const auto at = reinterpret_cast<uint64_t>(dst);
+    if (mem.range_size != 0 && at + n > mem.range_start + mem.range_size)
+      return {0, Error::of(Errc::pointer_range)};
+    cuda::ScopedContext ctx(mem.context);
+    DeviceSink sink(s->remote, mem, at, offset);
+    f = sink.lease(o.concurrency);
+    if (f.ok()) f = obj.fetch(offset, n, o, sink);
+  }
+  if (!f.ok()) return fail(f.err, std::move(f.message));
+  return {n, Error::none()};
+}
+
+}  // namespace gpufile

@@ -1,0 +1,171 @@
+#include "io/remote/request.hpp"
+
+#include <cctype>
+#include <charconv>
+#include <cstdlib>
+#include <optional>
+
+#include "io/remote/aws.hpp"
+
+namespace gpufile::remote {
+namespace {
+
+bool starts_with_nocase(std::string_view line, std::string_view prefix) {
+  if (line.size() < prefix.size()) return false;
+  for (size_t i = 0; i < prefix.size(); ++i)
+    if (std::tolower(static_cast<unsigned char>(line[i])) != prefix[i]) return false;
+  return true;
+}
+
+std::string_view header_value(std::string_view line, size_t name_len) {
+  line.remove_prefix(name_len);
+  while (!line.empty() && (line.front() == ' ' || line.front() == '\t')) line.remove_prefix(1);
+  while (!line.empty() && (line.back() == '\r' || line.back() == '\n' || line.back() == ' '))
+    line.remove_suffix(1);
+  return line;
+}
+
+// "bytes FIRST-LAST/TOTAL": FIRST and LAST, or false.
+bool parse_content_range(std::string_view v, uint64_t* first, uint64_t* last) {
+  if (!starts_with_nocase(v, "bytes ")) return false;
+  v.remove_prefix(6);
+  const size_t dash = v.find('-'), slash = v.find('/');
+  if (dash == std::string_view::npos || slash == std::string_view::npos || slash < dash) return false;
+  auto num = [](std::string_view s, uint64_t* out) {
+    auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), *out);
+    return ec == std::errc() && end == s.data() + s.size();
+  };
+  return num(v.substr(0, dash), first) && num(v.substr(dash + 1, slash - dash - 1), last);
+}
+
+}  // namespace
+
+void Response::on_header(std::string_view line) {
+  if (starts_with_nocase(line, "http/")) {  // a new response (after a redirect or a 100)
+    *this = Response();
+    const size_t sp = line.find(' ');
+    if (sp != std::string_view::npos) std::from_chars(line.data() + sp + 1, line.data() + line.size(), status);
+  } else if (starts_with_nocase(line, "etag:")) {
+    etag = std::string(header_value(line, 5));
+  } else if (starts_with_nocase(line, "content-range:")) {
+    has_range = parse_content_range(header_value(line, 14), &range_first, &range_last);
+  }
+}
+
+namespace {
+
+size_t on_header_line(char* data, size_t size, size_t n, void* user) {
+  static_cast<Response*>(user)->on_header(std::string_view(data, size * n));
+  return size * n;
+}
+
+}  // namespace
+
+Transport transport_of(CURLcode rc) {
+  switch (rc) {
+    case CURLE_OK:
+      return Transport::ok;
+    case CURLE_PARTIAL_FILE:
+    case CURLE_RECV_ERROR:
+    case CURLE_SEND_ERROR:
+    case CURLE_GOT_NOTHING:
+    case CURLE_HTTP2:
+    case CURLE_HTTP2_STREAM:
+      return Transport::dropped;
+    case CURLE_COULDNT_CONNECT:
+      return Transport::refused;
+    case CURLE_OPERATION_TIMEDOUT:
+      return Transport::timed_out;
+    default:
+      return Transport::other;
+  }
+}
+
+size_t discard_body(char*, size_t size, size_t n, void*) { return size * n; }
+
+const char* verdict_text(Verdict v) {
+  switch (v) {
+    case Verdict::not_found:
+      return "no such object or bucket";
+    case Verdict::denied:
+      return "access denied (check the credentials)";
+    case Verdict::changed:
+      return "the object was replaced during the read (its ETag changed)";
+    case Verdict::timed_out:
+      return "the server sent nothing within the timeout (gpufile.remote_timeout_s)";
+    default:
+      return "failed";
+  }
+}
+
+// ---- how requests are made -------------------------------------------------------------------
+
+Failure Request::make(const std::string& url, const Url& parsed, std::unique_ptr<Request>* out) {
+  if (curl() == nullptr) return {ELIBACC, url + ": " + why_no_curl()};
+  auto req = std::make_unique<Request>();
+  std::string why;
+  if (parsed.scheme == Scheme::s3) {
+    std::optional<S3Object> s3 = parse_s3(parsed, &why);
+    if (!s3) return {EINVAL, url + ": " + why};
+    const AwsConfig aws = resolve_aws(process_sources());
+    const S3Address addr = s3_address(*s3, aws.region, aws.endpoint);
+    req->http_url = addr.url;
+    req->ca_bundle = aws.ca_bundle;
+    if (aws.has_credentials()) {
+      if (!curl()->aws_sigv4)
+        return {ENOTSUP, url + ": signed S3 requests need libcurl 7.75 or newer"};
+      req->sigv4 = "aws:amz:" + addr.region + ":s3";
+      req->user = aws.access_key;
+      req->password = aws.secret_key;
+      // S3 wants the payload's hash signed; reads have none, and uploads send it unsigned.
+      req->headers.push_back("x-amz-content-sha256: UNSIGNED-PAYLOAD");
+      if (!aws.session_token.empty())
+        req->headers.push_back("x-amz-security-token: " + aws.session_token);
+    }
+  } else {
+    req->http_url = url;
+    req->follow_redirects = true;
+    // As the curl tool reads it: certificates for https:// servers outside the system's store.
+    if (const char* bundle = std::getenv("CURL_CA_BUNDLE"); bundle != nullptr) req->ca_bundle = bundle;
+  }
+  req->set_if_match("");
+  *out = std::move(req);
+  return {};
+}
+
+Request::~Request() {
+  if (list != nullptr) curl()->slist_free_all(list);
+}
+
+void Request::set_if_match(const std::string& etag) {
+  const Curl& c = *curl();
+  if (list != nullptr) c.slist_free_all(list);
+  list = nullptr;
+  for (const std::string& h : headers) list = c.slist_append(list, h.c_str());
+  if (!etag.empty()) list = c.slist_append(list, ("If-Match: " + etag).c_str());
+}
+
+void Request::apply(CURL* e, const Options& o, Response* r) const {
+  const Curl& c = *curl();
+  c.easy_setopt(e, CURLOPT_URL, http_url.c_str());
+  c.easy_setopt(e, CURLOPT_NOSIGNAL, 1L);
+  c.easy_setopt(e, CURLOPT_HTTP_VERSION, static_cast<long>(CURL_HTTP_VERSION_2TLS));
+  c.easy_setopt(e, CURLOPT_PIPEWAIT, 1L);  // HTTP/2: wait to share a connection rather than open more
+  c.easy_setopt(e, CURLOPT_CONNECTTIMEOUT, static_cast<long>(o.timeout_s));
+  // A stalled server: less than one byte a second for timeout_s seconds ends the transfer.
+  c.easy_setopt(e, CURLOPT_LOW_SPEED_LIMIT, 1L);
+  c.easy_setopt(e, CURLOPT_LOW_SPEED_TIME, static_cast<long>(o.timeout_s));
+  c.easy_setopt(e, CURLOPT_FOLLOWLOCATION, follow_redirects ? 1L : 0L);
+  c.easy_setopt(e, CURLOPT_MAXREDIRS, 5L);
+  c.easy_setopt(e, CURLOPT_HTTPHEADER, list);
+  if (!ca_bundle.empty()) c.easy_setopt(e, CURLOPT_CAINFO, ca_bundle.c_str());
+  if (!sigv4.empty()) {
+    c.easy_setopt(e, CURLOPT_AWS_SIGV4, sigv4.c_str());
+    c.easy_setopt(e, CURLOPT_USERNAME, user.c_str());
+    c.easy_setopt(e, CURLOPT_PASSWORD, password.c_str());
+  }
+  c.easy_setopt(e, CURLOPT_HEADERFUNCTION, &on_header_line);
+  c.easy_setopt(e, CURLOPT_HEADERDATA, r);
+}
+
+}  // namespace gpufile::remote

@@ -1,0 +1,68 @@
+// How requests to one remote object are made (URL, SigV4 signing, headers, timeouts) and what a
+// reply's headers said. Shared by reads (object.hpp) and S3 uploads (upload.hpp).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "io/remote/address.hpp"
+#include "io/remote/curl.hpp"
+#include "io/remote/policy.hpp"
+
+namespace gpufile::remote {
+
+struct Options {
+  uint64_t part_bytes = 8u << 20;  // one ranged GET (or uploaded part)
+  unsigned concurrency = 16;       // ranged GETs in flight for one read
+  unsigned retries = 5;            // further tries of a request before failing
+  uint64_t backoff_ms = 100;       // wait before the first retry, doubled for each next one
+  unsigned timeout_s = 30;         // connect, and no byte received for this long: ETIMEDOUT
+};
+
+// A failure: an errno (ENOENT, EACCES, ESTALE, ETIMEDOUT, EIO, ELIBACC, EINVAL, ...) and one
+// sentence that names the object and what happened.
+struct Failure {
+  int err = 0;
+  std::string message;
+  bool ok() const { return err == 0; }
+};
+
+// What one reply said, gathered by the header callback (Request::apply installs it).
+struct Response {
+  long status = 0;
+  std::string etag;
+  bool has_range = false;
+  uint64_t range_first = 0, range_last = 0;
+
+  void on_header(std::string_view line);
+};
+
+Transport transport_of(CURLcode rc);
+// A final verdict in words ("no such object or bucket", ...).
+const char* verdict_text(Verdict v);
+// A body callback that keeps nothing.
+size_t discard_body(char*, size_t size, size_t n, void*);
+
+struct Request {
+  std::string http_url;
+  bool follow_redirects = false;
+  std::string sigv4;  // "aws:amz:REGION:s3"; empty: unsigned
+  std::string user, password;
+  std::string ca_bundle;             // CURLOPT_CAINFO; empty: libcurl's default (the system's)
+  std::vector<std::string> headers;  // besides If-Match
+  curl_slist* list = nullptr;        // headers (+ If-Match)
+
+  // The request for `url` (parsed already): s3:// through aws.hpp's sources (signed when
+  // credentials are found), http(s):// as it is. Loads libcurl.
+  static Failure make(const std::string& url, const Url& parsed, std::unique_ptr<Request>* out);
+  ~Request();
+  // Every later request carries If-Match: `etag` (none when empty).
+  void set_if_match(const std::string& etag);
+  // The options every request shares; `r` collects the reply's headers.
+  void apply(CURL* e, const Options& o, Response* r) const;
+};
+
+}  // namespace gpufile::remote

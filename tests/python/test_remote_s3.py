@@ -1,0 +1,287 @@
+"""s3:// objects against a real S3 server: versitygw (its POSIX backend on a temporary
+directory, 127.0.0.1 only), started and stopped here. scripts/test.sh builds it
+(scripts/deps.sh: gpufile_install_versitygw) and passes its path in GPUFILE_VERSITYGW; these
+tests skip only when GPUFILE_TEST_NO_S3=1 says the server is absent on purpose.
+
+The credential sources (environment, shared credentials file, config file, session token,
+endpoint variables) are checked both against versitygw, which verifies the signatures, and
+against tests/support/range_server.py, which shows what was sent."""
+import errno
+import os
+import socket
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+
+import gpufile
+from conftest import device_bytes, needs_gpu_driver
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "support"))
+from range_server import RangeServer  # noqa: E402
+from test_remote import PART, use_settings  # noqa: E402
+
+ACCESS, SECRET = "gpufiletestkey", "gpufiletestsecret1234"
+AWS_VARS = ["AWS_CA_BUNDLE", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_REGION",
+            "AWS_DEFAULT_REGION", "AWS_ENDPOINT_URL", "AWS_ENDPOINT_URL_S3", "AWS_PROFILE",
+            "AWS_SHARED_CREDENTIALS_FILE", "AWS_CONFIG_FILE"]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def versitygw(tmp_path_factory):
+    """(endpoint URL, the backend directory: buckets are its subdirectories, objects files)."""
+    binary = os.environ.get("GPUFILE_VERSITYGW")
+    if not binary:
+        if os.environ.get("GPUFILE_TEST_NO_S3") == "1":
+            pytest.skip("GPUFILE_TEST_NO_S3=1: no S3 server on purpose")
+        pytest.fail("GPUFILE_VERSITYGW is not set: scripts/test.sh builds versitygw and sets it "
+                    "(or set GPUFILE_TEST_NO_S3=1 to skip the S3 tests)")
+    root = tmp_path_factory.mktemp("s3")
+    port = free_port()
+    log = open(root.parent / "versitygw.log", "wb")
+    proc = subprocess.Popen([binary, "--port", f"127.0.0.1:{port}", "--access", ACCESS,
+                             "--secret", SECRET, "--region", "us-east-1", "--quiet",
+                             "posix", str(root)], stdout=log, stderr=subprocess.STDOUT)
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=1).close()
+                break
+            except OSError:
+                if proc.poll() is not None or time.monotonic() > deadline:
+                    raise RuntimeError(f"versitygw did not start: {root.parent / 'versitygw.log'}")
+                time.sleep(0.05)
+        yield f"http://127.0.0.1:{port}", root
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
+        log.close()
+
+
+@pytest.fixture
+def aws_env(monkeypatch, tmp_path):
+    """A clean AWS environment: no variable set, HOME without ~/.aws."""
+    for var in AWS_VARS:
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setenv("HOME", str(tmp_path))
+    use_settings()
+    yield monkeypatch
+    gpufile.driver_close()
+
+
+@pytest.fixture
+def bucket(versitygw, rng):
+    """An object of 2 MiB + 77 bytes in bucket "data": (endpoint, its bytes)."""
+    endpoint, root = versitygw
+    (root / "data").mkdir(exist_ok=True)
+    data = rng.integers(0, 256, size=(2 << 20) + 77, dtype=np.uint8)
+    (root / "data" / "dir").mkdir(exist_ok=True)
+    data.tofile(root / "data" / "dir" / "obj.bin")
+    return endpoint, data
+
+
+def read_all(url, nbytes):
+    out = np.zeros(nbytes, dtype=np.uint8)
+    with gpufile.open(url) as f:
+        assert f.size() == nbytes
+        assert f.read(out) == nbytes
+    return out
+
+
+def test_environment_credentials(aws_env, bucket):
+    endpoint, data = bucket
+    aws_env.setenv("AWS_ENDPOINT_URL", endpoint)
+    aws_env.setenv("AWS_ACCESS_KEY_ID", ACCESS)
+    aws_env.setenv("AWS_SECRET_ACCESS_KEY", SECRET)
+    np.testing.assert_array_equal(read_all("s3://data/dir/obj.bin", data.size), data)
+
+
+@needs_gpu_driver
+def test_into_device_memory(aws_env, bucket):
+    endpoint, data = bucket
+    aws_env.setenv("AWS_ENDPOINT_URL_S3", endpoint)
+    aws_env.setenv("AWS_ACCESS_KEY_ID", ACCESS)
+    aws_env.setenv("AWS_SECRET_ACCESS_KEY", SECRET)
+    buf = gpufile.DeviceBuffer(data.size)
+    with gpufile.open("s3://data/dir/obj.bin") as f:
+        fut = f.pread(buf)
+        assert fut.result(timeout=60) == data.size
+    np.testing.assert_array_equal(device_bytes(buf), data)
+
+
+def test_shared_credentials_file_profile(aws_env, bucket, tmp_path):
+    endpoint, data = bucket
+    creds = tmp_path / "creds"
+    creds.write_text(f"[default]\naws_access_key_id = wrong\naws_secret_access_key = wrong\n\n"
+                     f"# the one used\n[gpu]\naws_access_key_id = {ACCESS}\n"
+                     f"aws_secret_access_key = {SECRET}\n")
+    aws_env.setenv("AWS_SHARED_CREDENTIALS_FILE", str(creds))
+    aws_env.setenv("AWS_PROFILE", "gpu")
+    aws_env.setenv("AWS_ENDPOINT_URL", endpoint)
+    np.testing.assert_array_equal(read_all("s3://data/dir/obj.bin", data.size), data)
+
+
+def test_home_aws_files_and_config_profile(aws_env, bucket, tmp_path):
+    endpoint, data = bucket
+    (tmp_path / ".aws").mkdir()
+    (tmp_path / ".aws" / "config").write_text(
+        f"[profile cfg]\nregion = us-east-1\nendpoint_url = {endpoint}\n"
+        f"aws_access_key_id = {ACCESS}\naws_secret_access_key = {SECRET}\n")
+    aws_env.setenv("AWS_PROFILE", "cfg")
+    np.testing.assert_array_equal(read_all("s3://data/dir/obj.bin", data.size), data)
+
+
+def test_wrong_secret_is_permission_error(aws_env, bucket):
+    endpoint, _ = bucket
+    aws_env.setenv("AWS_ENDPOINT_URL", endpoint)
+    aws_env.setenv("AWS_ACCESS_KEY_ID", ACCESS)
+    aws_env.setenv("AWS_SECRET_ACCESS_KEY", "not-the-secret")
+    with pytest.raises(PermissionError):
+        gpufile.open("s3://data/dir/obj.bin")
+
+
+@pytest.mark.parametrize("url", ["s3://data/dir/missing.bin", "s3://nobucket/dir/obj.bin"])
+def test_missing_object_or_bucket_is_file_not_found(aws_env, bucket, url):
+    endpoint, _ = bucket
+    aws_env.setenv("AWS_ENDPOINT_URL", endpoint)
+    aws_env.setenv("AWS_ACCESS_KEY_ID", ACCESS)
+    aws_env.setenv("AWS_SECRET_ACCESS_KEY", SECRET)
+    with pytest.raises(FileNotFoundError) as e:
+        gpufile.open(url)
+    assert e.value.errno == errno.ENOENT and e.value.filename == url
+
+
+def test_a_bucket_alone_is_no_object(aws_env):
+    with pytest.raises(OSError, match="names a bucket"):
+        gpufile.open("s3://data")
+
+
+def test_what_is_sent_session_token_region_and_endpoint_precedence(aws_env, rng):
+    with RangeServer() as s, RangeServer() as decoy:
+        data = rng.bytes(3 * PART)
+        s.put("/bkt/a%20key", data)
+        aws_env.setenv("AWS_ENDPOINT_URL", decoy.base)  # AWS_ENDPOINT_URL_S3 wins
+        aws_env.setenv("AWS_ENDPOINT_URL_S3", s.base)
+        aws_env.setenv("AWS_ACCESS_KEY_ID", "AKIDEXAMPLE")
+        aws_env.setenv("AWS_SECRET_ACCESS_KEY", "secret")
+        aws_env.setenv("AWS_SESSION_TOKEN", "the-token")
+        aws_env.setenv("AWS_DEFAULT_REGION", "eu-west-3")
+        out = read_all("s3://bkt/a key", len(data))
+        assert out.tobytes() == data
+        assert not decoy.requests
+        assert len(s.requests) == 1 + 3  # HEAD and one GET per part, path-style
+        for _, path, headers in s.requests:
+            assert path == "/bkt/a%20key"
+            assert headers["x-amz-security-token"] == "the-token"
+            auth = headers["Authorization"]
+            assert auth.startswith("AWS4-HMAC-SHA256 Credential=AKIDEXAMPLE/")
+            assert "/eu-west-3/s3/aws4_request" in auth
+            assert "x-amz-security-token" in auth  # signed too
+
+
+def test_no_credentials_sends_unsigned_requests(aws_env, rng):
+    with RangeServer() as s:
+        s.put("/pub/x", rng.bytes(100))
+        aws_env.setenv("AWS_ENDPOINT_URL", s.base)
+        read_all("s3://pub/x", 100)
+        assert all("Authorization" not in h for _, _, h in s.requests)
+
+
+def test_https_endpoint_with_aws_ca_bundle(aws_env, rng, tmp_path):
+    with RangeServer(tls_dir=tmp_path) as s:
+        data = rng.bytes(2 * PART)
+        s.put("/bkt/k", data)
+        aws_env.setenv("AWS_ENDPOINT_URL", s.base)
+        aws_env.setenv("AWS_CA_BUNDLE", s.ca_file)
+        assert read_all("s3://bkt/k", len(data)).tobytes() == data
+
+
+# ---- writes: multipart upload ----
+
+@pytest.fixture
+def s3_env(aws_env, bucket):
+    endpoint, _ = bucket
+    aws_env.setenv("AWS_ENDPOINT_URL", endpoint)
+    aws_env.setenv("AWS_ACCESS_KEY_ID", ACCESS)
+    aws_env.setenv("AWS_SECRET_ACCESS_KEY", SECRET)
+    return aws_env
+
+
+def test_write_from_host_memory_then_read_back(s3_env, rng):
+    data = rng.integers(0, 256, size=(11 << 20) + 3, dtype=np.uint8)  # three parts of 5 MiB
+    with gpufile.open("s3://data/up/host.bin", "w") as w:
+        assert isinstance(w, gpufile.RemoteWriter)
+        assert w.write(data[:1000]) == 1000  # pieces of any size, appended
+        assert w.write(data, buf_offset=1000) == data.size - 1000
+        assert w.tell() == data.size
+        with pytest.raises(FileNotFoundError):
+            gpufile.open("s3://data/up/host.bin")  # not there before the close
+    np.testing.assert_array_equal(read_all("s3://data/up/host.bin", data.size), data)
+
+
+@needs_gpu_driver
+def test_write_from_device_memory(s3_env, rng):
+    data = rng.integers(0, 256, size=(6 << 20) + 5, dtype=np.uint8)
+    buf = gpufile.DeviceBuffer(data.size)
+    buf.copy_from_host(data)
+    with gpufile.open("s3://data/up/dev.bin", "w") as w:
+        assert w.write(buf) == data.size
+    np.testing.assert_array_equal(read_all("s3://data/up/dev.bin", data.size), data)
+
+
+def test_an_exception_in_the_block_aborts_the_upload(s3_env, rng):
+    with pytest.raises(KeyError):
+        with gpufile.open("s3://data/up/aborted.bin", "w") as w:
+            w.write(rng.integers(0, 256, size=6 << 20, dtype=np.uint8))  # a part went out
+            raise KeyError("stop")
+    with pytest.raises(FileNotFoundError):
+        gpufile.open("s3://data/up/aborted.bin")
+    with pytest.raises(OSError, match="the upload is over"):
+        w.write(np.zeros(4, dtype=np.uint8))
+
+
+def test_an_empty_object(s3_env):
+    with gpufile.open("s3://data/up/empty", "w"):
+        pass
+    with gpufile.open("s3://data/up/empty") as f:
+        assert f.size() == 0
+        assert f.read(np.zeros(4, dtype=np.uint8)) == 0
+
+
+def test_write_errors(s3_env, aws_env):
+    with pytest.raises(FileNotFoundError, match="no such bucket"):
+        gpufile.open("s3://nobucket/x", "w")
+    aws_env.setenv("AWS_SECRET_ACCESS_KEY", "not-the-secret")
+    with pytest.raises(PermissionError):
+        gpufile.open("s3://data/x", "w")
+    with pytest.raises(ValueError, match="read-only"):
+        gpufile.open("http://127.0.0.1:1/x", "w")
+
+
+def test_write_retries_a_few_failed_parts_and_aborts_after_many(aws_env, rng):
+    use_settings(remote_retries=3)
+    with RangeServer() as s:
+        aws_env.setenv("AWS_ENDPOINT_URL", s.base)
+        data = rng.bytes((5 << 20) + 100)
+        s.faults.arm("status", times=2)  # the first part is refused twice, then taken
+        with gpufile.open("s3://b/ok", "w") as w:
+            w.write(np.frombuffer(data, dtype=np.uint8))
+        assert s.faults.fired["status"] == 2
+        assert s.objects["/b/ok"][0] == data
+
+        s.faults.arm("status")  # for ever
+        w = gpufile.open("s3://b/never", "w")
+        with pytest.raises(OSError, match="HTTP 503.*4 tries"):
+            w.write(np.frombuffer(data, dtype=np.uint8))
+        assert "/b/never" not in s.objects
+        assert not s.uploads  # aborted: the server dropped the parts
+        assert any(r[0] == "DELETE" for r in s.requests)

@@ -1,0 +1,203 @@
+// The pure parts of remote objects (src/io/remote): URLs, S3 addressing, where AWS settings come
+// from, range planning and the retry policy. The network parts run in tests/python/test_remote*.py.
+#include <gtest/gtest.h>
+
+#include <map>
+
+#include "io/remote/address.hpp"
+#include "io/remote/aws.hpp"
+#include "io/remote/policy.hpp"
+
+namespace gpufile::remote {
+namespace {
+
+TEST(RemoteUrl, ParsesHostPortPathAndQuery) {
+  std::string why;
+  auto u = parse_url("HTTPS://user@example.com:8443/a/b.bin?x=1", &why);
+  ASSERT_TRUE(u) << why;
+  EXPECT_EQ(u->scheme, Scheme::https);
+  EXPECT_EQ(u->host, "example.com");
+  EXPECT_EQ(u->port, 8443);
+  EXPECT_EQ(u->target, "/a/b.bin?x=1");
+
+  u = parse_url("http://[::1]:80", &why);
+  ASSERT_TRUE(u) << why;
+  EXPECT_EQ(u->host, "::1");
+  EXPECT_EQ(u->port, 80);
+  EXPECT_EQ(u->target, "/");
+
+  u = parse_url("http://h?q", &why);
+  ASSERT_TRUE(u);
+  EXPECT_EQ(u->target, "/?q");
+}
+
+TEST(RemoteUrl, RefusesWhatIsNoRemoteUrl) {
+  std::string why;
+  for (const char* bad : {"/local/file", "ftp://h/x", "http://", "http://h:0/x", "http://h:70000/",
+                          "http://h:8x/", "http://[::1/x", "s3:///key"}) {
+    why.clear();
+    EXPECT_FALSE(parse_url(bad, &why)) << bad;
+    EXPECT_FALSE(why.empty()) << bad;
+  }
+  EXPECT_TRUE(is_remote("S3://b/k"));
+  EXPECT_TRUE(is_remote("http://h/"));
+  EXPECT_FALSE(is_remote("file:///x"));
+  EXPECT_FALSE(is_remote("data/http://x"));
+}
+
+TEST(RemoteS3, BucketAndKey) {
+  std::string why;
+  auto u = parse_url("s3://my-bucket/dir/sub/x.safetensors", &why);
+  ASSERT_TRUE(u);
+  auto o = parse_s3(*u, &why);
+  ASSERT_TRUE(o) << why;
+  EXPECT_EQ(o->bucket, "my-bucket");
+  EXPECT_EQ(o->key, "dir/sub/x.safetensors");
+
+  u = parse_url("s3://my-bucket/", &why);
+  ASSERT_TRUE(u);
+  EXPECT_FALSE(parse_s3(*u, &why));
+  EXPECT_NE(why.find("names a bucket"), std::string::npos);
+}
+
+TEST(RemoteS3, KeysArePercentEncodedOnce) {
+  EXPECT_EQ(encode_key("a b/c+d~e_f.g-h"), "a%20b/c%2Bd~e_f.g-h");
+  EXPECT_EQ(encode_key("\xc3\xa9%"), "%C3%A9%25");
+}
+
+TEST(RemoteS3, AddressingStyles) {
+  S3Object o{"bkt", "k/x y"};
+  S3Address a = s3_address(o, "eu-west-1", "");
+  EXPECT_EQ(a.url, "https://bkt.s3.eu-west-1.amazonaws.com/k/x%20y");
+  EXPECT_EQ(a.region, "eu-west-1");
+  a = s3_address(o, "", "http://127.0.0.1:7070/");  // an endpoint: path-style, default region
+  EXPECT_EQ(a.url, "http://127.0.0.1:7070/bkt/k/x%20y");
+  EXPECT_EQ(a.region, "us-east-1");
+  a = s3_address(S3Object{"with.dots", "k"}, "us-west-2", "");
+  EXPECT_EQ(a.url, "https://s3.us-west-2.amazonaws.com/with.dots/k");
+}
+
+// ---- AWS settings ----
+
+struct FakeSources {
+  std::map<std::string, std::string> env, files;
+  AwsSources get() const {
+    return {[this](const char* n) -> std::optional<std::string> {
+              auto it = env.find(n);
+              return it == env.end() ? std::nullopt : std::optional(it->second);
+            },
+            [this](const std::string& p) -> std::optional<std::string> {
+              auto it = files.find(p);
+              return it == files.end() ? std::nullopt : std::optional(it->second);
+            }};
+  }
+};
+
+TEST(RemoteAws, EnvironmentFirst) {
+  FakeSources f;
+  f.env = {{"HOME", "/h"}, {"AWS_ACCESS_KEY_ID", "AK"}, {"AWS_SECRET_ACCESS_KEY", "SK"},
+           {"AWS_SESSION_TOKEN", "T"}, {"AWS_DEFAULT_REGION", "eu-north-1"},
+           {"AWS_ENDPOINT_URL", "http://e"}};
+  f.files["/h/.aws/credentials"] = "[default]\naws_access_key_id=FILE\naws_secret_access_key=FILE\n";
+  AwsConfig c = resolve_aws(f.get());
+  EXPECT_EQ(c.access_key, "AK");
+  EXPECT_EQ(c.secret_key, "SK");
+  EXPECT_EQ(c.session_token, "T");
+  EXPECT_EQ(c.region, "eu-north-1");
+  EXPECT_EQ(c.endpoint, "http://e");
+  EXPECT_EQ(c.credentials_from, "environment");
+
+  f.env["AWS_REGION"] = "ap-south-1";          // wins over AWS_DEFAULT_REGION
+  f.env["AWS_ENDPOINT_URL_S3"] = "http://s3";  // wins over AWS_ENDPOINT_URL
+  c = resolve_aws(f.get());
+  EXPECT_EQ(c.region, "ap-south-1");
+  EXPECT_EQ(c.endpoint, "http://s3");
+}
+
+TEST(RemoteAws, ProfilesOfTheFiles) {
+  FakeSources f;
+  f.env = {{"HOME", "/h"}, {"AWS_PROFILE", "p"}, {"AWS_ACCESS_KEY_ID", "only-half"}};
+  f.files["/h/.aws/credentials"] =
+      "# comment\n[default]\naws_access_key_id = D\naws_secret_access_key = DS\n"
+      "[p]\n  aws_access_key_id = P  \naws_secret_access_key=PS\naws_session_token = PT\r\n";
+  f.files["/h/.aws/config"] =
+      "[profile p]\nregion = sa-east-1\nendpoint_url = http://cfg\nca_bundle = /ca.pem\n";
+  AwsConfig c = resolve_aws(f.get());
+  EXPECT_EQ(c.access_key, "P");
+  EXPECT_EQ(c.secret_key, "PS");
+  EXPECT_EQ(c.session_token, "PT");
+  EXPECT_EQ(c.region, "sa-east-1");
+  EXPECT_EQ(c.endpoint, "http://cfg");
+  EXPECT_EQ(c.ca_bundle, "/ca.pem");
+  EXPECT_EQ(c.credentials_from, "/h/.aws/credentials [p]");
+  f.env["AWS_CA_BUNDLE"] = "/env.pem";
+  EXPECT_EQ(resolve_aws(f.get()).ca_bundle, "/env.pem");
+  f.env.erase("AWS_CA_BUNDLE");
+
+  // The config file's own keys, at a path the variables give, when the credentials file has none.
+  f.env = {{"AWS_CONFIG_FILE", "/c"}, {"AWS_SHARED_CREDENTIALS_FILE", "/none"}};
+  f.files["/c"] = "[default]\naws_access_key_id = C\naws_secret_access_key = CS\n";
+  c = resolve_aws(f.get());
+  EXPECT_EQ(c.access_key, "C");
+  EXPECT_EQ(c.region, "us-east-1");
+  EXPECT_TRUE(c.endpoint.empty());
+
+  f.files.clear();  // nothing anywhere: unsigned
+  c = resolve_aws(f.get());
+  EXPECT_FALSE(c.has_credentials());
+  EXPECT_TRUE(c.credentials_from.empty());
+}
+
+TEST(RemoteAws, IniIgnoresJunk) {
+  IniSections s = parse_ini("key=before-any-section\n[a]\nno equals sign\n; c\nk = v = w\n[ b ]\n");
+  ASSERT_EQ(s.size(), 2u);
+  EXPECT_EQ(s["a"]["k"], "v = w");
+  EXPECT_TRUE(s["b"].empty());
+}
+
+// ---- planning and retries ----
+
+TEST(RemotePolicy, PartsCoverTheRangeExactly) {
+  auto parts = plan_parts(100, 25, 10);
+  ASSERT_EQ(parts.size(), 3u);
+  EXPECT_EQ(parts[0].offset, 100u);
+  EXPECT_EQ(parts[2].offset, 120u);
+  EXPECT_EQ(parts[2].length, 5u);
+  EXPECT_TRUE(plan_parts(0, 0, 10).empty());
+  EXPECT_EQ(plan_parts(0, 10, 10).size(), 1u);
+  EXPECT_EQ(plan_parts(7, 3, 0).size(), 3u);  // a part size of 0 is taken as 1
+}
+
+TEST(RemotePolicy, Verdicts) {
+  EXPECT_EQ(judge(Transport::ok, 206, true), Verdict::done);
+  EXPECT_EQ(judge(Transport::ok, 200, true), Verdict::done);
+  EXPECT_EQ(judge(Transport::ok, 206, false), Verdict::retry);  // short body
+  EXPECT_EQ(judge(Transport::ok, 503, false), Verdict::retry);
+  EXPECT_EQ(judge(Transport::ok, 500, false), Verdict::retry);
+  EXPECT_EQ(judge(Transport::ok, 429, false), Verdict::retry);
+  EXPECT_EQ(judge(Transport::ok, 404, false), Verdict::not_found);
+  EXPECT_EQ(judge(Transport::ok, 403, false), Verdict::denied);
+  EXPECT_EQ(judge(Transport::ok, 401, false), Verdict::denied);
+  EXPECT_EQ(judge(Transport::ok, 412, false), Verdict::changed);
+  EXPECT_EQ(judge(Transport::ok, 400, false), Verdict::failed);
+  EXPECT_EQ(judge(Transport::dropped, 206, false), Verdict::retry);
+  EXPECT_EQ(judge(Transport::refused, 0, false), Verdict::retry);
+  EXPECT_EQ(judge(Transport::timed_out, 206, false), Verdict::timed_out);
+  EXPECT_EQ(judge(Transport::other, 0, false), Verdict::failed);
+  EXPECT_EQ(verdict_errno(Verdict::not_found), ENOENT);
+  EXPECT_EQ(verdict_errno(Verdict::denied), EACCES);
+  EXPECT_EQ(verdict_errno(Verdict::changed), ESTALE);
+  EXPECT_EQ(verdict_errno(Verdict::timed_out), ETIMEDOUT);
+  EXPECT_EQ(verdict_errno(Verdict::retry), EIO);
+}
+
+TEST(RemotePolicy, BackoffDoublesUpToItsBound) {
+  EXPECT_EQ(backoff_ms(0, 100), 100u);
+  EXPECT_EQ(backoff_ms(1, 100), 200u);
+  EXPECT_EQ(backoff_ms(3, 100), 800u);
+  EXPECT_EQ(backoff_ms(10, 100), 10000u);
+  EXPECT_EQ(backoff_ms(200, 100, 5000), 5000u);  // no overflow on many retries
+}
+
+}  // namespace
+}  // namespace gpufile::remote
