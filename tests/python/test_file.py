@@ -302,7 +302,7 @@ def _framework_arrays():
             out.append(("torch", lambda n: torch.zeros(n, dtype=torch.uint8, device="cuda"),
                         lambda a: a.cpu().numpy()))
             out.append(("torch-dlpack", lambda n: DLPackOnly(torch.zeros(n, dtype=torch.uint8, device="cuda")),
-                        lambda a: a.inner.cpu().numpy()))
+                        lambda a: a.owner.cpu().numpy()))
     except Exception:  # noqa: BLE001
         pass
     return out
