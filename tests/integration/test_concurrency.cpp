@@ -1,6 +1,8 @@
 // Suite 5: concurrency. Many threads on one handle; deregistration and driver close racing
 // with IO in flight (no crash, no hang; IO either completes correctly or fails cleanly).
 #include <cinttypes>
+#include <initializer_list>
+#include <utility>
 
 #include "common.hpp"
 #include "core/stats.hpp"
@@ -24,17 +26,22 @@ class Concurrency : public CapiTest {
   }
   void TearDown() override {
     session_.reset();
-    unsetenv("GPUFILE_PAGECACHE_DMA_MB");
+    for (const std::string& name : env_set_) unsetenv(name.c_str());
     CapiTest::TearDown();
   }
-  // A session whose cached reads are staged (page-cache DMA off): for the tests of who stages
-  // what, since the fixture's file is cached.
-  void staging_only() {
+  // A new session with these settings in the environment (unset again after the test).
+  void reopen_with(std::initializer_list<std::pair<const char*, const char*>> settings) {
     session_.reset();
-    ASSERT_EQ(setenv("GPUFILE_PAGECACHE_DMA_MB", "0", 1), 0);
+    for (const auto& [name, value] : settings) {
+      ASSERT_EQ(setenv(name, value, 1), 0);
+      env_set_.emplace_back(name);
+    }
     session_ = std::make_unique<DriverSession>();
     ASSERT_TRUE(session_->ok()) << session_->error();
   }
+  // A session whose cached reads are staged (page-cache DMA off): for the tests of who stages
+  // what, since the fixture's file is cached.
+  void staging_only() { reopen_with({{"GPUFILE_PAGECACHE_DMA_MB", "0"}}); }
 
   static constexpr uint64_t kFileSize = 64 * MiB;
   TempDir dir_;
@@ -42,6 +49,7 @@ class Concurrency : public CapiTest {
   uint64_t seed_ = 0;
   std::string path_;
   std::vector<uint8_t> shadow_;
+  std::vector<std::string> env_set_;
 };
 
 // 16 threads, one handle, disjoint file ranges, mixed reads and writes of mixed sizes and memory
@@ -554,11 +562,8 @@ TEST_F(Concurrency, CallersWithoutAContextGrowTheStagingPool) {
       reinterpret_cast<size_t (*)()>(driver_symbol("fakecuda_live_registered_bytes"));
   if (!fake.set_async_delay_us || !live_registered)
     GTEST_SKIP() << "needs the test double's copy delay and registration counter";
-  session_.reset();
-  ASSERT_EQ(setenv("GPUFILE_WORKERS", "16", 1), 0);  // 4 callers stay fewer than half of them
-  AtExit unset([] { unsetenv("GPUFILE_WORKERS"); });
-  session_ = std::make_unique<DriverSession>();
-  ASSERT_TRUE(session_->ok()) << session_->error();
+  // 4 callers stay fewer than half of 16 workers
+  ASSERT_NO_FATAL_FAILURE(reopen_with({{"GPUFILE_WORKERS", "16"}}));
   Handle h(path_, O_RDONLY);
   ASSERT_TRUE(h.ok());
   Watchdog dog(std::chrono::seconds(120), "CallersWithoutAContext");
@@ -577,15 +582,7 @@ TEST_F(Concurrency, CallersWithoutStagingLeaveTheirPiecesToTheWorkers) {
   CAPI_REQUIRE_DRIVER();
   const FakeControls fake = fake_controls();
   if (!fake.set_async_delay_us) GTEST_SKIP() << "needs the test double's copy delay";
-  session_.reset();
-  ASSERT_EQ(setenv("GPUFILE_CALLER_SLABS", "2", 1), 0);
-  ASSERT_EQ(setenv("GPUFILE_WORKERS", "16", 1), 0);
-  AtExit unset([] {
-    unsetenv("GPUFILE_CALLER_SLABS");
-    unsetenv("GPUFILE_WORKERS");
-  });
-  session_ = std::make_unique<DriverSession>();
-  ASSERT_TRUE(session_->ok()) << session_->error();
+  ASSERT_NO_FATAL_FAILURE(reopen_with({{"GPUFILE_CALLER_SLABS", "2"}, {"GPUFILE_WORKERS", "16"}}));
   Handle h(path_, O_RDONLY);
   ASSERT_TRUE(h.ok());
   Watchdog dog(std::chrono::seconds(120), "CallersWithoutStaging");
@@ -608,11 +605,7 @@ TEST_F(Concurrency, ManyCallersCopyOutOfThePageCacheThemselves) {
   CAPI_REQUIRE_DRIVER();
   const FakeControls fake = fake_controls();
   if (!fake.set_async_delay_us) GTEST_SKIP() << "needs the test double's copy delay";
-  session_.reset();
-  ASSERT_EQ(setenv("GPUFILE_CALLER_SLABS", "32", 1), 0);
-  AtExit unset([] { unsetenv("GPUFILE_CALLER_SLABS"); });
-  session_ = std::make_unique<DriverSession>();
-  ASSERT_TRUE(session_->ok()) << session_->error();
+  ASSERT_NO_FATAL_FAILURE(reopen_with({{"GPUFILE_CALLER_SLABS", "32"}}));
   Handle h(path_, O_RDONLY);
   ASSERT_TRUE(h.ok());
   Watchdog dog(std::chrono::seconds(120), "ManyCallersOutOfThePageCache");
