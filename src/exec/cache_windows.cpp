@@ -47,7 +47,7 @@ const char* FileWindows::acquire(int fd, uint64_t off, uint64_t len, uint64_t fi
   if (len == 0 || (off + len - 1) / kWindow != index) return nullptr;  // across two windows
   std::unique_lock lock(mu_);
   const uint64_t generation = generation_.load(std::memory_order_acquire);
-  if (refused_ && refused_generation_ == generation) return nullptr;
+  if (refused_generation_ == generation) return nullptr;
   auto it = windows_.find(index);
   if (it != windows_.end() && it->second.state == State::ready &&
       it->second.generation != generation) {
@@ -83,10 +83,8 @@ const char* FileWindows::acquire(int fd, uint64_t off, uint64_t len, uint64_t fi
   return w.map + (off - w.off);
 }
 
-bool FileWindows::note_read(uint64_t off, uint64_t len, uint64_t file_size) {
-  if (len == 0) return false;
-  std::lock_guard lock(mu_);
-  const uint64_t generation = generation_.load(std::memory_order_acquire);
+bool FileWindows::count_demand_locked(uint64_t off, uint64_t len, uint64_t file_size,
+                                      uint64_t generation) {
   if (demand_generation_ != generation) {  // what was read of the old file says nothing
     demand_.clear();
     demand_generation_ = generation;
@@ -135,7 +133,6 @@ bool FileWindows::make(std::unique_lock<std::mutex>& lock, int fd, uint64_t inde
                 "staged",
                 err != 0 ? "mapping it" : "registering its pages with the driver",
                 err != 0 ? err : static_cast<int>(res));
-    refused_ = true;
     refused_generation_ = w.generation;
     windows_.erase(index);
     owner_->refund(len);
@@ -167,10 +164,16 @@ bool FileWindows::reserve(std::unique_lock<std::mutex>& lock, size_t bytes) {
 
 void FileWindows::take_changes() { owner_->take_changes(); }
 
-bool FileWindows::ready(uint64_t off, uint64_t len) {
-  if (len == 0) return false;
+FileWindows::ReadPlan FileWindows::plan_read(uint64_t off, uint64_t len, uint64_t file_size) {
+  if (len == 0) return ReadPlan::staged;
   std::lock_guard lock(mu_);
   const uint64_t generation = generation_.load(std::memory_order_acquire);
+  if (ready_locked(off, len, generation)) return ReadPlan::ready;
+  return count_demand_locked(off, len, file_size, generation) ? ReadPlan::wanted
+                                                              : ReadPlan::staged;
+}
+
+bool FileWindows::ready_locked(uint64_t off, uint64_t len, uint64_t generation) const {
   for (uint64_t i = off / kWindow; i <= (off + len - 1) / kWindow; ++i) {
     auto it = windows_.find(i);
     if (it == windows_.end()) return false;

@@ -28,6 +28,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <utility>
 
 #include "cuda/driver.hpp"
@@ -60,20 +61,20 @@ class FileWindows {
   const char* acquire(int fd, uint64_t off, uint64_t len, uint64_t file_size,
                       cuda::CUcontext ctx, WindowLease* lease);
   void release(WindowLease* lease);
-  // Whether registered windows of the current file serve all of [off, off+len) now.
-  bool ready(uint64_t off, uint64_t len);
-  // Counts a read of [off, off+len) (`file_size` as the read saw it) against the windows not
-  // made yet; true when one of them is wanted: more bytes were asked of it than it holds, so
-  // some were read again. acquire() makes wanted windows only. Registering holds up every
-  // other call into the driver for milliseconds (one cuFileRead of a 4 GiB file, registering
-  // windows as it read, went from 48 to 26 GiB/s on the H200, and KvikIO's first read from 42
-  // to 28), so a file read once is staged as before; its second reading makes the windows, and
-  // every later one copies out of them.
-  bool note_read(uint64_t off, uint64_t len, uint64_t file_size);
+  // What a read of [off, off+len) (`file_size` as the read saw it) finds, in one look:
+  //   ready   registered windows of the current file serve all of it now;
+  //   wanted  not, but more bytes were asked of one of its windows not made yet than it holds
+  //           (some were read again): acquire() makes wanted windows only;
+  //   staged  neither: the read is counted against the windows not made yet.
+  // Registering holds up every other call into the driver for milliseconds (one cuFileRead of
+  // a 4 GiB file, registering windows as it read, went from 48 to 26 GiB/s on the H200, and
+  // KvikIO's first read from 42 to 28), so a file read once is staged as before; its second
+  // reading makes the windows, and every later one copies out of them.
+  enum class ReadPlan { ready, wanted, staged };
+  ReadPlan plan_read(uint64_t off, uint64_t len, uint64_t file_size);
 
   // Windows registered now (writes around them go through the page cache).
   bool live() const { return live_.load(std::memory_order_acquire) > 0; }
-  int watch_id() const { return watch_id_; }
   // Takes the session's change notices (PageCacheDma::take_changes): once per read, before its
   // first acquire, so that every change made before the read began retires what it replaced.
   void take_changes();
@@ -93,6 +94,9 @@ class FileWindows {
     uint64_t last_use = 0;
   };
 
+  // plan_read's two looks, mu_ held.
+  bool ready_locked(uint64_t off, uint64_t len, uint64_t generation) const;
+  bool count_demand_locked(uint64_t off, uint64_t len, uint64_t file_size, uint64_t generation);
   // Makes window `index` for the current generation; true when it is ready (one user counted).
   bool make(std::unique_lock<std::mutex>& lock, int fd, uint64_t index, uint64_t file_size,
             cuda::CUcontext ctx);
@@ -114,10 +118,10 @@ class FileWindows {
   };
   std::map<uint64_t, Demand> demand_;  // by index, for the generation below
   uint64_t demand_generation_ = 0;
-  // The kernel or the driver refused a window of the file as it was: not tried again until the
-  // file changes (a truncation racing with the mapping fails it once; an unmappable file, always).
-  bool refused_ = false;
-  uint64_t refused_generation_ = 0;
+  // The generation of the file for which the kernel or the driver refused a window: none is
+  // tried again until the file changes (a truncation racing with the mapping fails it once; an
+  // unmappable file, always).
+  std::optional<uint64_t> refused_generation_;
 };
 
 // The session's page-cache DMA: one change-notice queue, the budget of pinned bytes, and the
@@ -138,7 +142,6 @@ class PageCacheDma : public std::enable_shared_from_this<PageCacheDma> {
   void take_changes();
 
   uint64_t budget() const { return budget_; }
-  uint64_t pinned() const { return pinned_.load(std::memory_order_relaxed); }
 
  private:
   friend class FileWindows;

@@ -5,7 +5,6 @@
 #include <sys/vfs.h>
 
 #include <algorithm>
-#include <cstdio>
 
 #include "core/align.hpp"
 #include "exec/runtime.hpp"
@@ -28,11 +27,7 @@ typename Map::mapped_type take(std::mutex& mu, Map& map, const typename Map::key
 }
 
 // Opens the file again through /proc, for the access the caller's fd does not give us.
-int reopen(int fd, int flags) {
-  char path[64];
-  snprintf(path, sizeof path, "/proc/self/fd/%d", fd);
-  return sys::os().open(path, flags, 0);
-}
+int reopen(int fd, int flags) { return sys::os().open(sys::fd_path(fd).text, flags, 0); }
 
 // File systems that keep data in memory only: O_DIRECT there is a slower copy of the same
 // bytes (measured on /dev/shm: 24.6 GiB/s direct vs 33.4 through the cache, 12 workers).

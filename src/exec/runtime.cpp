@@ -367,12 +367,13 @@ route::LoadFacts load_facts(const Session& s, const exec::Job& job, unsigned cal
   f.min_chunk = c.min_chunk_bytes;
   f.slab = c.slab_bytes;
   // A read copies out of page-cache windows on its caller's thread when they are all there; a
-  // short one also when it is to make them (exec::FileWindows::note_read): making them one
+  // short one also when it is to make them (exec::FileWindows::plan_read): making them one
   // after another on one thread, a long read is better staged meanwhile.
   if (job.windows != nullptr) {
-    const bool ready = job.windows->ready(job.file_off, job.len);
-    const bool wanted = !ready && job.windows->note_read(job.file_off, job.len, job.file_size);
-    f.from_page_cache = ready || (wanted && job.len <= kShortForWindows * c.slab_bytes);
+    using Plan = exec::FileWindows::ReadPlan;
+    const Plan p = job.windows->plan_read(job.file_off, job.len, job.file_size);
+    f.from_page_cache =
+        p == Plan::ready || (p == Plan::wanted && job.len <= kShortForWindows * c.slab_bytes);
   }
   return f;
 }

@@ -39,11 +39,7 @@ std::string link_target(const char* link) {
   return n > 0 ? std::string(buf, static_cast<size_t>(n)) : std::string();
 }
 
-std::string fd_target(int fd) {
-  char link[64];
-  std::snprintf(link, sizeof link, "/proc/self/fd/%d", fd);
-  return link_target(link);
-}
+std::string fd_target(int fd) { return link_target(fd_path(fd).text); }
 
 // Asks the kernel directly, not through the seam: the fault layer must not count itself.
 bool is_direct_fd(int fd) {

@@ -82,12 +82,16 @@ int Os::map_file(int fd, uint64_t off, size_t len, void** out) {
 
 int Os::unmap(void* addr, size_t len) { return neg_errno_or(::munmap(addr, len)); }
 
+FdPath fd_path(int fd) {
+  FdPath p;
+  std::snprintf(p.text, sizeof p.text, "/proc/self/fd/%d", fd);
+  return p;
+}
+
 int Os::changes_open() { return neg_errno_or(::inotify_init1(IN_NONBLOCK | IN_CLOEXEC)); }
 
 int Os::changes_watch(int queue, int fd) {
-  char path[64];
-  std::snprintf(path, sizeof path, "/proc/self/fd/%d", fd);
-  return neg_errno_or(::inotify_add_watch(queue, path, IN_MODIFY));
+  return neg_errno_or(::inotify_add_watch(queue, fd_path(fd).text, IN_MODIFY));
 }
 
 int Os::changes_unwatch(int queue, int id) { return neg_errno_or(::inotify_rm_watch(queue, id)); }

@@ -80,6 +80,13 @@ class Os {
   }
 };
 
+// "/proc/self/fd/N": a path that reopens (or names, for inotify) the file open as fd N, even
+// when it was renamed or unlinked since.
+struct FdPath {
+  char text[32];
+};
+FdPath fd_path(int fd);
+
 // The Os in force. The real one unless a test installed another.
 Os& os();
 // Installs `replacement` (nullptr: back to the real one). Tests only; not thread-safe with IO.
