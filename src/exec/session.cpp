@@ -43,6 +43,7 @@ route::StorageFacts storage_facts(const Settings& s, const FileHandle& h, sys::I
   f.looks_cached = h.guess.looks_cached.load(std::memory_order_relaxed);
   f.nowait_refused = h.guess.nowait_refused.load(std::memory_order_relaxed);
   f.cache_windows = h.windows != nullptr;
+  f.small_io_bytes = uint64_t{s.small_io_threshold_kb} * 1024;
   f.windows_live = h.windows != nullptr && h.windows->live();
   return f;
 }

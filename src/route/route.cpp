@@ -81,6 +81,7 @@ bool wants_residency(const StorageFacts& f) { return !choose_without_residency(f
 
 bool copies_from_cache(const StorageFacts& f, const StorageChoice& c, bool staged) {
   if (f.kind != sys::IoKind::read || !staged || !f.cache_windows || c.direct) return false;
+  if (f.len <= f.small_io_bytes) return false;
   return f.memory_backed || c.guessed || c.why == Reason::cached;
 }
 

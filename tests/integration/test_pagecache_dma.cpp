@@ -89,6 +89,22 @@ TEST_F(PageCacheDma, AFileReadOnceIsStaged) {
   EXPECT_GT(read_bytes_by(Path::page_cache_dma), dma_before) << "the second reading made no window";
 }
 
+// Small IO (at or below gpufile.small_io_kb) stays off the windows even once they exist: one
+// kernel read and a small copy beat the change-notice check and the window lookups per call.
+TEST_F(PageCacheDma, SmallReadsStayOffTheWindows) {
+  Handle h(path_, O_RDONLY);
+  ASSERT_TRUE(h.ok());
+  EXPECT_EQ(read_and_check(h, data_, 0, kFileSize, MiB), "");
+  EXPECT_EQ(read_and_check(h, data_, 0, kFileSize, MiB), "");  // the windows are made
+  const uint64_t dma_before = read_bytes_by(Path::page_cache_dma);
+  ASSERT_GT(dma_before, 0u) << "the second reading made no window";
+  for (uint64_t off : {uint64_t{0}, 5 * MiB + 17, kFileSize - 4096})
+    EXPECT_EQ(read_and_check(h, data_, off, 4096, 4096), "") << "at " << off;
+  EXPECT_EQ(read_bytes_by(Path::page_cache_dma), dma_before) << "a 4 KiB read used a window";
+  EXPECT_EQ(read_and_check(h, data_, MiB, 2 * MiB, 2 * MiB), "");
+  EXPECT_GT(read_bytes_by(Path::page_cache_dma), dma_before) << "a 2 MiB read used no window";
+}
+
 // Four threads read cached 1 MiB pieces at random: every byte right, the bytes counted under the
 // page-cache DMA path, the file's one window (24 MiB) registered while the handle lives and
 // unregistered with it (the staging the callers borrowed stays with the session).

@@ -281,8 +281,12 @@ TEST(CopiesFromCache, CachedReadsIntoTheGpuOfFilesWithWindows) {
   auto windowed = [](StorageFacts f) { f.cache_windows = true; return f; };
   const CacheRow rows[] = {
       {"a cached range", with(windowed(ext4_read(MiB)), [&](auto& f) { f.residency = warm; }), true, true},
-      {"a guessed one", with(windowed(ext4_read(4 * KiB)), [](auto& f) { f.looks_cached = true; }),
+      {"a guessed one", with(windowed(ext4_read(256 * KiB)), [](auto& f) { f.looks_cached = true; }),
        true, true},
+      {"small IO stays off the windows", with(windowed(ext4_read(4 * KiB)), [](auto& f) {
+         f.looks_cached = true; f.small_io_bytes = 64 * KiB; }), true, false},
+      {"just above small IO", with(windowed(ext4_read(64 * KiB + 4096)), [](auto& f) {
+         f.looks_cached = true; f.small_io_bytes = 64 * KiB; }), true, true},
       {"tmpfs", with(windowed(ext4_read(MiB)), [](auto& f) { f.direct_capable = false; f.memory_backed = true; }),
        true, true},
       {"a cold range goes O_DIRECT", with(windowed(ext4_read(MiB)), [&](auto& f) { f.residency = cold; }),
