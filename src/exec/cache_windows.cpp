@@ -78,7 +78,7 @@ const char* FileWindows::acquire(int fd, uint64_t off, uint64_t len, uint64_t fi
     --w.users;
     return nullptr;
   }
-  w.last_use = ++clock_;
+  w.last_used = std::chrono::steady_clock::now();
   lease->index = index;
   return w.map + (off - w.off);
 }
@@ -147,10 +147,12 @@ bool FileWindows::make(std::unique_lock<std::mutex>& lock, int fd, uint64_t inde
 
 bool FileWindows::reserve(std::unique_lock<std::mutex>& lock, size_t bytes) {
   while (!owner_->charge(bytes)) {
+    const auto used_before = std::chrono::steady_clock::now() - owner_->idle_before_eviction();
     auto victim = windows_.end();
     for (auto it = windows_.begin(); it != windows_.end(); ++it)
       if (it->second.state != State::registering && it->second.users == 0 &&
-          (victim == windows_.end() || it->second.last_use < victim->second.last_use))
+          it->second.last_used <= used_before &&
+          (victim == windows_.end() || it->second.last_used < victim->second.last_used))
         victim = it;
     if (victim == windows_.end()) return false;  // the budget is held by windows in use
     Window old = std::move(victim->second);
@@ -213,7 +215,8 @@ void FileWindows::drop(Window w) {
 
 // ---- PageCacheDma --------------------------------------------------------------------------------
 
-PageCacheDma::PageCacheDma(uint64_t budget) : budget_(budget) {
+PageCacheDma::PageCacheDma(uint64_t budget, std::chrono::milliseconds idle_before_eviction)
+    : budget_(budget), idle_(idle_before_eviction) {
   if (budget_ == 0) return;
   queue_ = sys::os().changes_open();
   if (queue_ < 0)

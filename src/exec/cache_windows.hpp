@@ -24,6 +24,7 @@
 #include <sys/types.h>
 
 #include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -91,7 +92,7 @@ class FileWindows {
     char* map = nullptr;
     cuda::CUcontext ctx = nullptr;
     int users = 0;
-    uint64_t last_use = 0;
+    std::chrono::steady_clock::time_point last_used{};  // for eviction: oldest first
   };
 
   // plan_read's two looks, mu_ held.
@@ -100,7 +101,11 @@ class FileWindows {
   // Makes window `index` for the current generation; true when it is ready (one user counted).
   bool make(std::unique_lock<std::mutex>& lock, int fd, uint64_t index, uint64_t file_size,
             cuda::CUcontext ctx);
-  // Frees the budget for `bytes` by retiring idle windows, least recently used first; mu_ held.
+  // Frees the budget for `bytes` by retiring windows no read holds and none used for the
+  // session's idle time, least recently used first; mu_ held. False when no window is that
+  // idle: the read is staged rather than churn windows that are still being read (a file larger
+  // than the budget, read over and over, or several files sharing it, would otherwise register
+  // and unregister a window for every 64 MiB read, each holding the driver up for milliseconds).
   bool reserve(std::unique_lock<std::mutex>& lock, size_t bytes);
   // Unregisters and unmaps `w` (taken out of the map) outside the lock.
   void drop(Window w);
@@ -111,7 +116,6 @@ class FileWindows {
   std::atomic<int> live_{0};
   std::mutex mu_;
   std::map<uint64_t, Window> windows_;  // by index (file offset / kWindow)
-  uint64_t clock_ = 0;                  // use order, for eviction
   struct Demand {
     uint64_t asked = 0;   // bytes read of the window's range while it had no window
     bool wanted = false;  // more than it holds: make it
@@ -128,8 +132,9 @@ class FileWindows {
 // windows of each file.
 class PageCacheDma : public std::enable_shared_from_this<PageCacheDma> {
  public:
-  // `budget` bytes may be registered at once; 0 turns the path off.
-  explicit PageCacheDma(uint64_t budget);
+  // `budget` bytes may be registered at once; 0 turns the path off. A window unused for
+  // `idle_before_eviction` may be retired to make room for another.
+  PageCacheDma(uint64_t budget, std::chrono::milliseconds idle_before_eviction);
   ~PageCacheDma();
   PageCacheDma(const PageCacheDma&) = delete;
   PageCacheDma& operator=(const PageCacheDma&) = delete;
@@ -142,6 +147,7 @@ class PageCacheDma : public std::enable_shared_from_this<PageCacheDma> {
   void take_changes();
 
   uint64_t budget() const { return budget_; }
+  std::chrono::milliseconds idle_before_eviction() const { return idle_; }
 
  private:
   friend class FileWindows;
@@ -151,6 +157,7 @@ class PageCacheDma : public std::enable_shared_from_this<PageCacheDma> {
   void refund(size_t bytes) { pinned_.fetch_sub(bytes, std::memory_order_relaxed); }
 
   const uint64_t budget_;
+  const std::chrono::milliseconds idle_;
   std::atomic<uint64_t> pinned_{0};
   int queue_ = -1;  // the change-notice queue, or -1 (then no file takes this path)
   // Held while notices are taken and applied, so that no read starts between the two.

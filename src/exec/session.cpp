@@ -187,7 +187,8 @@ Error start_session(Session& s) {
     GPUFILE_LOG(LogLevel::error, "%s", s.exec->engine_note().c_str());
   if (s.gpu) init_caller_staging(s, c, budget);
   if (s.gpu && s.settings.pagecache_dma_mb > 0)
-    s.pagecache_dma = std::make_shared<exec::PageCacheDma>(pagecache_dma_budget(s.settings));
+    s.pagecache_dma = std::make_shared<exec::PageCacheDma>(
+        pagecache_dma_budget(s.settings), std::chrono::milliseconds(s.settings.pagecache_dma_idle_ms));
   return Error::none();
 }
 

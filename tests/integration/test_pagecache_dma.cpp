@@ -37,12 +37,14 @@ class PageCacheDma : public CapiTest {
   void TearDown() override {
     session_.reset();
     unsetenv("GPUFILE_PAGECACHE_DMA_MB");
+    unsetenv("GPUFILE_PAGECACHE_DMA_IDLE_MS");
     CapiTest::TearDown();
   }
 
-  void open_session(const char* budget_mb = nullptr) {
+  void open_session(const char* budget_mb = nullptr, const char* idle_ms = nullptr) {
     session_.reset();
     if (budget_mb) setenv("GPUFILE_PAGECACHE_DMA_MB", budget_mb, 1);
+    if (idle_ms) setenv("GPUFILE_PAGECACHE_DMA_IDLE_MS", idle_ms, 1);
     session_ = std::make_unique<DriverSession>();
     ASSERT_TRUE(session_->ok()) << session_->error();
   }
@@ -208,7 +210,7 @@ TEST_F(PageCacheDma, AFileThatCannotBeMappedIsStaged) {
 // worth of file retires the older ones.
 TEST_F(PageCacheDma, TheBudgetBoundsWhatIsRegistered) {
   if (!live_registered_) GTEST_SKIP() << "needs the test double's registration counter";
-  open_session("64");
+  open_session("64", "0");  // any window no read holds may make room
   const size_t registered_before = live_registered_();
   const std::string big = dir_.file("big.bin");
   Rng rng(test_seed() * 13);
@@ -228,6 +230,56 @@ TEST_F(PageCacheDma, TheBudgetBoundsWhatIsRegistered) {
   // means a later window was made, in the room an earlier one left.
   EXPECT_GT(read_bytes_by(Path::page_cache_dma) - dma_before, 64 * MiB)
       << "windows were not retired to make room for the next ones";
+}
+
+// The same passes with the default idle time: the window in use is kept and the rest of each
+// pass is staged. Retiring it for the next 64 MiB would register and unregister a window for
+// every 64 MiB of every pass (on the GPU machine, four files over one budget in one process
+// ran at 15% of what four processes reached).
+TEST_F(PageCacheDma, WindowsStillBeingReadAreNotChurned) {
+  if (!live_registered_) GTEST_SKIP() << "needs the test double's registration counter";
+  open_session("64");
+  const std::string big = dir_.file("big.bin");
+  Rng rng(test_seed() * 17);
+  std::vector<uint8_t> bytes = rng.bytes(192 * MiB);
+  ASSERT_NO_FATAL_FAILURE(write_file(big, bytes.data(), bytes.size()));
+  Handle h(big, O_RDONLY);
+  ASSERT_TRUE(h.ok());
+  const size_t registered_before = live_registered_();
+  const uint64_t dma_before = read_bytes_by(Path::page_cache_dma);
+  size_t most = 0;
+  for (int pass = 0; pass < 3; ++pass)
+    for (uint64_t off = 0; off < bytes.size(); off += 16 * MiB) {
+      ASSERT_EQ(read_and_check(h, bytes, off, 16 * MiB, 4 * MiB), "") << "at " << off;
+      most = std::max(most, live_registered_() - registered_before);
+    }
+  const uint64_t dma = read_bytes_by(Path::page_cache_dma) - dma_before;
+  EXPECT_GT(dma, 0u) << "no window was made";
+  // The first pass makes none (read once); the two others read the one window's 64 MiB each.
+  EXPECT_LE(dma, 2 * 64 * MiB) << "windows were retired and made again within a pass";
+  EXPECT_LE(most, 64 * MiB);
+}
+
+// A window left unused for the idle time makes room for the next one.
+TEST_F(PageCacheDma, AnIdleWindowMakesRoom) {
+  if (!live_registered_) GTEST_SKIP() << "needs the test double's registration counter";
+  open_session("64", "100");
+  const std::string big = dir_.file("big.bin");
+  Rng rng(test_seed() * 19);
+  std::vector<uint8_t> bytes = rng.bytes(128 * MiB);
+  ASSERT_NO_FATAL_FAILURE(write_file(big, bytes.data(), bytes.size()));
+  Handle h(big, O_RDONLY);
+  ASSERT_TRUE(h.ok());
+  const size_t registered_before = live_registered_();
+  for (int pass = 0; pass < 2; ++pass) ASSERT_EQ(read_and_check(h, bytes, 0, 64 * MiB, 4 * MiB), "");
+  ASSERT_EQ(read_and_check(h, bytes, 64 * MiB, 64 * MiB, 4 * MiB), "");  // read once: staged
+  std::this_thread::sleep_for(std::chrono::milliseconds(250));
+  const uint64_t dma_before = read_bytes_by(Path::page_cache_dma);
+  ASSERT_EQ(read_and_check(h, bytes, 64 * MiB, 64 * MiB, 4 * MiB), "");  // its window is made
+  ASSERT_EQ(read_and_check(h, bytes, 64 * MiB, 64 * MiB, 4 * MiB), "");
+  EXPECT_GE(read_bytes_by(Path::page_cache_dma) - dma_before, 64 * MiB)
+      << "the idle window did not make room for the second";
+  EXPECT_LE(live_registered_() - registered_before, 64 * MiB) << "over the budget";
 }
 
 // GPUFILE_PAGECACHE_DMA_MB=0 turns the path off: reads are staged.
