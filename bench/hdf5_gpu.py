@@ -14,6 +14,7 @@ Cases per size, each in a fresh process (HDF5 picks the driver from the environm
   contiguous dataset (n,):
     read  gpufile     H5Dread straight into a CuPy array (cold: page cache dropped first; warm)
     read  hdf5.read   gpufile.hdf5.read straight into a CuPy array, HDF5 not in the data path
+    read  gpufile-host H5Dread through gpufile's driver into NumPy memory, then cupy.asarray
     read  sec2        H5Dread into NumPy memory, then cupy.asarray (the copy)       (cold; warm)
     write gpufile     H5Dwrite from a CuPy array, file closed (no fsync)
     write sec2        cupy.asnumpy, then H5Dwrite from NumPy memory, file closed
@@ -22,7 +23,11 @@ Cases per size, each in a fresh process (HDF5 picks the driver from the environm
                       staging, rows placed by device-to-device copies  (cold; warm)
     read  sec2        H5Dread into NumPy memory (HDF5 assembles the chunks), then cupy.asarray
 
-Every byte read is checked against what was written. Without a GPU, the harness runs end to end
+A read's time is H5Dread's (with the copy, for the cases through host memory): HDF5's open and
+the destination's allocation are timed apart ("with open" adds them back), and a warm case reads
+a second time in the same process (the steady state). The ceiling is a pinned host-to-device
+copy of the same size through CuPy, measured in the same run. Every byte read is checked against
+what was written. Without a GPU, the harness runs end to end
 against the CUDA driver test double with bench/standin's CuPy stand-in (timings meaningless):
     GPUFILE_CUDA_LIBRARY=<build>/tests/support/fakecuda/libcuda.so.1 \
       PYTHONPATH=bench/standin:<gpufile on the path> python3 bench/hdf5_gpu.py ... --no-cold
@@ -100,26 +105,64 @@ def prepare_chunked(spec):
             d[r:stop] = np.arange(r * cols, stop * cols, dtype=np.uint32).reshape(stop - r, cols)
 
 
+def read_once(spec, lib, d, dev, host):
+    """One read of the whole dataset into dev (through host memory for the host-then-GPU cases)."""
+    import cupy as cp
+    if spec["driver"] == "gpufile":
+        dataset_io(lib.H5Dread, d, dev.data.ptr)
+    elif spec["driver"] == "hdf5.read":
+        import gpufile.hdf5
+        gpufile.hdf5.read(d, dev)
+    else:  # "sec2" or "gpufile-host": H5Dread into NumPy memory, then the copy users make
+        dataset_io(lib.H5Dread, d, host.ctypes.data)
+        dev = cp.asarray(host)
+    cp.cuda.runtime.deviceSynchronize()
+    return dev
+
+
 def read_case(spec, lib):
+    """Times HDF5's open with the destination's allocation, the first read, and (warm cases) a
+    second read into the same memory: the first is what a fresh process sees, the second the
+    steady state. Returns the array read and the three times (the second None when cold)."""
     import cupy as cp
     import h5py
     import numpy as np
     shape = shape_of(spec)
+    t0 = time.perf_counter()
     with h5py.File(spec["path"], "r") as f:
         d = f["x"]
-        if spec["driver"] == "gpufile":
-            dev = cp.empty(shape, dtype=cp.uint32)
-            dataset_io(lib.H5Dread, d, dev.data.ptr)
-        elif spec["driver"] == "hdf5.read":
-            import gpufile.hdf5
-            dev = cp.empty(shape, dtype=cp.uint32)
-            gpufile.hdf5.read(d, dev)
-        else:
-            host = np.empty(shape, dtype=np.uint32)
-            dataset_io(lib.H5Dread, d, host.ctypes.data)
-            dev = cp.asarray(host)
-    cp.cuda.runtime.deviceSynchronize()
-    return dev
+        host = np.empty(shape, dtype=np.uint32) if spec["driver"] in HOST_FIRST else None
+        dev = cp.empty(shape, dtype=cp.uint32)
+        cp.cuda.runtime.deviceSynchronize()
+        t1 = time.perf_counter()
+        dev = read_once(spec, lib, d, dev, host)
+        t2 = time.perf_counter()
+        again = None
+        if not spec["cold"]:
+            read_once(spec, lib, d, dev, host)
+            again = time.perf_counter() - t2
+    return dev, t1 - t0, t2 - t1, again
+
+
+def pinned_ceiling(nbytes, repeat=5):
+    """Pinned host-to-device copies of nbytes (CuPy), GiB/s, best of repeat: the ceiling the
+    direct reads are measured against. None with the CPU stand-in of CuPy."""
+    import cupy as cp
+    import numpy as np
+    if not hasattr(cp.cuda, "alloc_pinned_memory"):
+        return None
+    mem = cp.cuda.alloc_pinned_memory(nbytes)
+    host = np.frombuffer(mem, np.uint8, nbytes)
+    host[::4096] = 1
+    dev = cp.empty(nbytes, dtype=cp.uint8)
+    best = 0.0
+    for _ in range(repeat):
+        cp.cuda.runtime.deviceSynchronize()
+        t0 = time.perf_counter()
+        dev.set(host)
+        cp.cuda.runtime.deviceSynchronize()
+        best = max(best, nbytes / GIB / (time.perf_counter() - t0))
+    return best
 
 
 def worker(spec):
@@ -133,6 +176,10 @@ def worker(spec):
         prepare_chunked(spec)
         print("RESULT " + json.dumps(dict(spec, ok=True)), flush=True)
         return
+    if op == "ceiling":
+        print("RESULT " + json.dumps(dict(spec, ok=True, gib_s=pinned_ceiling(
+            int(spec["size_gib"] * GIB)))), flush=True)
+        return
     n = int(np.prod(shape_of(spec)))
     expected = cp.arange(n, dtype=cp.uint32)
     cp.cuda.runtime.deviceSynchronize()
@@ -141,10 +188,10 @@ def worker(spec):
             drop_caches()
         else:
             warm_page_cache(path)
-        t0 = time.perf_counter()
-        dev = read_case(spec, lib)
-        seconds = time.perf_counter() - t0
+        dev, opening, seconds, again = read_case(spec, lib)
         ok = bool(cp.array_equal(dev.reshape(-1), expected))
+        extra = dict(open_s=opening, with_open_gib_s=n * 4 / GIB / (opening + seconds),
+                     steady_gib_s=n * 4 / GIB / again if again else None)
     else:
         t0 = time.perf_counter()
         with h5py.File(path, "w") as f:
@@ -155,10 +202,11 @@ def worker(spec):
                 host = cp.asnumpy(expected)
                 dataset_io(lib.H5Dwrite, d, host.ctypes.data)
         seconds = time.perf_counter() - t0
+        extra = {}
         with h5py.File(path, "r", driver="sec2") as f:
             ok = bool(np.array_equal(f["x"][...], np.arange(n, dtype=np.uint32)))
-    result = dict(spec, seconds=seconds, gib_s=n * 4 / GIB / seconds, ok=ok)
-    if spec["driver"] == "gpufile":
+    result = dict(spec, seconds=seconds, gib_s=n * 4 / GIB / seconds, ok=ok, **extra)
+    if spec["driver"] in ("gpufile", "gpufile-host"):
         result["counters"] = counters(spec["plugin_dir"])
     print("RESULT " + json.dumps(result), flush=True)
 
@@ -168,7 +216,7 @@ def run_case(args, size_gib, **spec):
                 plugin_dir=os.path.abspath(args.plugin_dir), row_elems=args.row_elems,
                 chunks=[int(c) for c in args.chunks.split("x")])
     env = {k: v for k, v in os.environ.items() if not k.startswith("HDF5_")}
-    if spec["driver"] == "gpufile":
+    if spec["driver"] in ("gpufile", "gpufile-host"):
         env.update(HDF5_PLUGIN_PATH=spec["plugin_dir"], HDF5_DRIVER="gpufile")
         if args.config:
             env["HDF5_DRIVER_CONFIG"] = args.config
@@ -180,19 +228,22 @@ def run_case(args, size_gib, **spec):
     return dict(spec, ok=False, error=(p.stdout + p.stderr)[-2000:])
 
 
+# The cases that read into host memory through HDF5 and then copy to the GPU.
+HOST_FIRST = ("sec2", "gpufile-host")
+
 # (op, layout, cold, driver) in the table's order.
 TABLE = [(op, layout, cold, driver)
          for op, layout, cold in (("read", "contiguous", True), ("read", "contiguous", False),
                                   ("read", "chunked", True), ("read", "chunked", False),
                                   ("write", "contiguous", False))
-         for driver in ("gpufile", "hdf5.read", "sec2")]
+         for driver in ("gpufile", "hdf5.read", "gpufile-host", "sec2")]
 
 
 def cases_of_one_size(args, size_gib):
     contiguous = os.path.join(args.dir, "gpufile_hdf5_bench.h5")
     chunked = os.path.join(args.dir, "gpufile_hdf5_bench_chunked.h5")
     colds = (False,) if args.no_cold else (True, False)
-    rows = []
+    rows = [run_case(args, size_gib, op="ceiling", layout="-", driver="-", path="", cold=False)]
     prepared = run_case(args, size_gib, op="prepare", layout="chunked", driver="sec2",
                         path=chunked, cold=False)
     if not prepared["ok"]:
@@ -202,7 +253,8 @@ def cases_of_one_size(args, size_gib):
             rows.append(run_case(args, size_gib, op="write", layout="contiguous", driver=driver,
                                  path=contiguous, cold=False))
             for cold in colds:
-                for reader in ((driver, "hdf5.read") if driver == "gpufile" else (driver,)):
+                readers = (driver, "hdf5.read", "gpufile-host") if driver == "gpufile" else (driver,)
+                for reader in readers:
                     rows.append(run_case(args, size_gib, op="read", layout="contiguous",
                                          driver=reader, path=contiguous, cold=cold))
         for driver in ("hdf5.read", "sec2"):
@@ -214,20 +266,37 @@ def cases_of_one_size(args, size_gib):
     return rows
 
 
+def median_of(rs, key):
+    values = [r[key] for r in rs if r.get(key) is not None]
+    return statistics.median(values) if values else None
+
+
 def print_table(rows, args):
-    print(f"| size | case | layout | path | GiB/s (median of {args.repeat}) | all | bytes checked |")
-    print("|---|---|---|---|---|---|---|")
+    """One line per case: the first read of a fresh process (median, every run, share of the
+    pinned ceiling of the same size), the same read with HDF5's open and the destination's
+    allocation, and a second read in the same process (warm only)."""
+    print(f"| size | case | layout | path | first read GiB/s (median of {args.repeat}) | all | "
+          "of pinned H2D | with open | second read | bytes checked |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
     for size in args.size_gib:
+        ceiling = median_of([r for r in rows if r["size_gib"] == size and r["op"] == "ceiling"],
+                            "gib_s")
         for op, layout, cold, driver in TABLE:
             rs = [r for r in rows if r["size_gib"] == size and r["op"] == op
                   and r.get("layout") == layout and r["driver"] == driver and r.get("cold") == cold]
             if not rs:
                 continue
-            speeds = [r.get("gib_s", 0.0) for r in rs]
+            first = median_of(rs, "gib_s") or 0.0
+            share = f"{100 * first / ceiling:.0f}%" if ceiling and op == "read" else "-"
+            cells = [median_of(rs, k) for k in ("with_open_gib_s", "steady_gib_s")]
+            cells = [f"{c:.2f}" if c is not None else "-" for c in cells]
             case = f"{op} {'cold' if cold else 'warm'}" if op == "read" else op
-            print(f"| {size:g} GiB | {case} | {layout} | {driver} | {statistics.median(speeds):.2f} | "
-                  f"{', '.join(f'{s:.2f}' for s in speeds)} | "
-                  f"{'ok' if all(r['ok'] for r in rs) else 'FAILED'} |")
+            every = ", ".join(f"{r.get('gib_s', 0.0):.2f}" for r in rs)
+            print(f"| {size:g} GiB | {case} | {layout} | {driver} | {first:.2f} | {every} | {share} | "
+                  f"{cells[0]} | {cells[1]} | {'ok' if all(r['ok'] for r in rs) else 'FAILED'} |")
+        if ceiling:
+            print(f"| {size:g} GiB | pinned host-to-device (CuPy, best of 5) | - | - | "
+                  f"{ceiling:.2f} | | 100% | | | |")
 
 
 def main():
