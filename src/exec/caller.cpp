@@ -197,8 +197,9 @@ class CallerRun {
   bool start_from_window(Turn& t) {
     const uint64_t want = t.c.off < job_.file_size ? std::min(t.c.len, job_.file_size - t.c.off) : 0;
     if (want == 0) return false;
-    const char* bytes = job_.windows->acquire(job_.file.fd_buffered, t.c.off, want,
-                                              job_.file_size, job_.mem.context, &t.window);
+    const char* bytes =
+        job_.windows->acquire(job_.file.fd_buffered, t.c.off, want, job_.file_size,
+                              job_.mem.context, job_.makes_windows, &t.window);
     if (bytes == nullptr) return false;
     t.host = const_cast<char*>(bytes);  // only read: a host-to-device copy's source
     t.got = want;

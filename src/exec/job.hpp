@@ -65,6 +65,7 @@ class Job {
   // caller's thread copies pieces straight out of them (exec/cache_windows.hpp). The bytes that
   // went that way are counted in window_bytes.
   FileWindows* windows = nullptr;
+  bool makes_windows = false;  // and it may make the windows it wants (a short read)
   std::atomic<uint64_t> window_bytes{0};
   // Work the caller queued on the legacy default stream before the call, which the workers'
   // copies wait for (Runtime::run records it), or null.

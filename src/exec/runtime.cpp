@@ -348,8 +348,9 @@ class CallerCount {
   int now_;
 };
 
-// Reads of up to this many slabs copy out of page-cache windows on the caller's thread, making
-// the windows they need, before those are all there.
+// Reads of up to this many slabs make the page-cache windows they want (on the caller's thread,
+// copying out of each as it is made); longer reads only use windows already there, and stage
+// the rest (exec/cache_windows.hpp, FileWindows::plan_read, says why).
 constexpr uint64_t kShortForWindows = 4;
 
 route::LoadFacts load_facts(const Session& s, const exec::Job& job, unsigned callers) {
@@ -389,6 +390,7 @@ void Runtime::route_storage(Io& io) {
   job.direct = c.direct;
   job.guess = c.guessed ? &f.guess : nullptr;
   job.windows = route::copies_from_cache(facts, c, job.staged()) ? f.windows.get() : nullptr;
+  job.makes_windows = job.len <= kShortForWindows * io.session_->exec->config().slab_bytes;
   if (job.windows != nullptr) job.windows->take_changes();
 }
 
