@@ -7,14 +7,14 @@ bytes from the part's first run to its last are read whole, in pieces of whole r
 PIECE_BYTES, into a staging buffer in the memory of the destination, and the part's runs are
 placed from there with one strided copy:
 
-- GPU destinations: staging in GPU memory, read by gpufile's pipelined path at the speed of a
-  whole load, then pitched device-to-device copies (cuMemcpy2DAsync through the row copier that
-  gpufile.hdf5.read uses) into the part, at GPU memory speed. This moves world_size times the
-  part's bytes over PCIe (the other ranks' columns too); the alternative, reading into pinned
-  host staging and copying only the part host-to-device, moves fewer bytes over PCIe but puts a
-  CPU-side pass over every span byte on the path and needs pinned memory the Python layer does
-  not manage; it is left for when PCIe, not the read, turns out to be the limit (docs/python.md,
-  "Not done yet").
+- GPU destinations: staging in GPU memory, read as a whole load reads (gpufile's routes into
+  GPU memory: staged O_DIRECT, page-cache DMA for cached bytes), then pitched device-to-device
+  copies (cuMemcpy2DAsync, through the row copier gpufile.hdf5.read uses) into the part, on GPU
+  memory bandwidth. This moves world_size times the part's bytes over PCIe (the other ranks'
+  columns too). The alternative, pinned host staging and pitched host-to-device copies of the
+  part alone, moves fewer bytes over PCIe, but needs pinned memory managed by the Python layer,
+  a CPU copy of every span byte (no page-cache DMA into host memory) and short-row copies over
+  PCIe; it is left for when PCIe turns out to be the limit (docs/python.md, "Not done yet").
 - Host destinations: staging in host memory, then one NumPy strided copy (no NumPy: run by run).
 
 Staging is bounded (STAGING_BYTES per destination device, in slots of one piece each), reused
