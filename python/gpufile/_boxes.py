@@ -101,9 +101,9 @@ def split(p: Placement, limit: int):
     per = (limit - inner.src_span()) // p.src_strides[0] + 1 if inner.src_span() <= limit else 1
     for i in range(0, p.counts[0], per):
         rows = min(per, p.counts[0] - i)
-        moved = dict(src_offset=p.src_offset + i * p.src_strides[0],
-                     dst_offset=p.dst_offset + i * p.dst_strides[0])
+        src_offset = p.src_offset + i * p.src_strides[0]
+        dst_offset = p.dst_offset + i * p.dst_strides[0]
         if rows == 1:
-            yield from split(inner._replace(**moved), limit)
+            yield from split(inner._replace(src_offset=src_offset, dst_offset=dst_offset), limit)
         else:
-            yield p._replace(counts=(rows,) + p.counts[1:], **moved)
+            yield p._replace(counts=(rows,) + p.counts[1:], src_offset=src_offset, dst_offset=dst_offset)

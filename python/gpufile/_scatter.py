@@ -205,7 +205,7 @@ class Spans:
 def _host_rows(dest_ptr: int, staging: Any, slot: int, p: Placement) -> None:
     import numpy as np
     end = p.dst_offset + sum((n - 1) * s for n, s in zip(p.counts, p.dst_strides)) + p.run
-    dest = np.frombuffer((ctypes.c_ubyte * end).from_address(dest_ptr), dtype=np.uint8)
+    dest = np.ctypeslib.as_array((ctypes.c_ubyte * end).from_address(dest_ptr))
     strided = np.lib.stride_tricks.as_strided
     d = strided(dest[p.dst_offset:], shape=p.counts + (p.run,), strides=p.dst_strides + (1,))
     s = strided(staging[slot:], shape=p.counts + (p.run,), strides=p.src_strides + (1,))

@@ -526,7 +526,8 @@ def _box_plan(dest_ptr: int, device: Optional[int], info: TensorInfo, box: Seque
             or (device == _scatter.HOST and not _scatter.host_scatter_available())):
         return _box_reads(dest_ptr, info, box, data_start, what), []
     base = data_start + info.begin
-    ios, scatters = [], []
+    ios: List[Tuple[int, int, int, str]] = []
+    scatters: List[_scatter.Scatter] = []
     for q in _scatter.pieces(p):
         if _scatter.through_span(q):
             scatters.append(_scatter.Scatter(dest_ptr, device, base, q, what))
@@ -549,7 +550,7 @@ def load_file(filename: PathLike, device: Any = "cpu", *, framework: str = "pt",
     """
     t = _target(framework, device)
     result: Dict[str, Any] = {}
-    plans = []
+    plans: List[_Plan] = []
     for src in _sources(filename):
         h = src.header
         if views:
