@@ -171,22 +171,32 @@ def test_staging_is_bounded_reused_and_let_go(tmp_path, rng, monkeypatch, device
 
 @needs_gpu_driver
 def test_slow_copies_and_a_failed_copy(tmp_path, rng, monkeypatch):
-    # With every copy of the driver's test double delayed, a slot is read into again only after
-    # the copy out of it ran: each of the 16 pieces goes through one of 2 slots (pieces large
-    # enough for gpufile's workers, whose copies do not wait for the legacy stream). A copy that
-    # fails raises gpufile.Error, after every read and copy ended, and leaves no stream, event
-    # or device memory behind; the next load is whole.
+    # With every copy of the driver's test double delayed, the parts are whole: each of the 16
+    # pieces goes through one of 2 slots (pieces large enough for gpufile's workers, whose
+    # copies do not wait for the legacy stream). A copy that fails raises gpufile.Error, after
+    # every read and copy ended; the row copiers (each a stream and its events) and the staging
+    # are let go, failed or not; the next load is whole. (Streams and events are not counted:
+    # gpufile's workers make theirs when first used, whichever worker that is.)
     monkeypatch.setattr(_scatter, "PIECE_BYTES", 512 << 10)
     monkeypatch.setattr(_scatter, "STAGING_BYTES", 1 << 20)
     t = write(tmp_path, rng, np.float32, [(32768, 64)])
     fake = ctypes.CDLL(os.environ["GPUFILE_CUDA_LIBRARY"])
     fake.fakecuda_live_device_bytes.restype = ctypes.c_size_t
+    copiers = {"made": 0, "gone": 0}
 
-    def live():
+    class Copier(gpufile._gpufile._RowCopier):
+        def __init__(self, dst):
+            super().__init__(dst)
+            copiers["made"] += 1
+
+        def __del__(self):
+            copiers["gone"] += 1
+    monkeypatch.setattr(gpufile._gpufile, "_RowCopier", Copier)
+
+    def device_bytes():
         gc.collect()
-        return fake.fakecuda_live_streams(), fake.fakecuda_live_events(), fake.fakecuda_live_device_bytes()
-    sharded(tmp_path, "cuda:0", 2, 0, {"t0": 1})  # what gpufile keeps between reads exists from here on
-    before = live()
+        return fake.fakecuda_live_device_bytes()
+    before = device_bytes()
     fake.fakecuda_set_async_delay_us(3000)
     try:
         for rank in range(2):
@@ -198,10 +208,12 @@ def test_slow_copies_and_a_failed_copy(tmp_path, rng, monkeypatch):
     finally:
         fake.fakecuda_reset_faults()
         fake.fakecuda_set_async_delay_us(0)
+    assert device_bytes() == before + dest.nbytes  # the staging went
     gst.load_into({"t0": dest}, tmp_path / "m.safetensors", split={"t0": 1}, rank=0, world_size=2)
     assert_part(dest, t["t0"], 1, 0, 2)
     del dest
-    assert live() == before
+    assert device_bytes() == before
+    assert copiers == {"made": 4, "gone": 4}
 
 
 def test_a_slot_is_read_into_again_only_after_its_copy_landed(monkeypatch):
