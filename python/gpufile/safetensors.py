@@ -615,9 +615,9 @@ def load_sharded(filename: PathLike, device: Any, split: SplitRule, *, rank: Opt
             box, shape = _part(info, dim, rank, world_size)
             dest = _allocate(t, info.dtype, shape)
             result[n] = dest.obj
-            more, spans = _box_plan(dest.ptr, _device_number(t), info, box, h.data_start, f"{src.path}: {n}")
-            ios.extend(more)
-            scatters.extend(spans)
+            direct, scattered = _box_plan(dest.ptr, _device_number(t), info, box, h.data_start, f"{src.path}: {n}")
+            ios.extend(direct)
+            scatters.extend(scattered)
         plans.append((src.path, ios, scatters))
     _settle_allocations(t)
     _read_all(plans)
@@ -689,9 +689,9 @@ def load_into(tensors: Mapping[str, Any], filename: PathLike, *, strict: bool = 
                                       f"the destination has {list(dest.shape)}")
             if filled.add(n, dest):
                 device = _device_of(dest.obj) if dim is not None else None  # whole tensors: one run
-                more, spans = _box_plan(dest.ptr, device, info, box, h.data_start, f"{src.path}: {n}")
-                ios.extend(more)
-                scatters.extend(spans)
+                direct, scattered = _box_plan(dest.ptr, device, info, box, h.data_start, f"{src.path}: {n}")
+                ios.extend(direct)
+                scatters.extend(scattered)
         plans.append((src.path, ios, scatters))
     filled.check_overlaps()
     _settle_sources(filled.objects)
