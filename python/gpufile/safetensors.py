@@ -23,8 +23,9 @@ import os
 import struct
 from typing import Any, Callable, Dict, Iterable, List, Mapping, NamedTuple, Optional, Sequence, Tuple, Union
 
-from . import _dtypes
+from . import _dtypes, _scatter
 from ._arrays import DeviceArray
+from ._boxes import Piece, place
 from ._gpufile import DeviceBuffer, File
 
 __all__ = ["SafetensorError", "TensorInfo", "Header", "parse_header", "read_header", "load_file",
@@ -317,8 +318,7 @@ class _InFlight:
             try:
                 got = future.result()
                 if got != nbytes and first is None:  # only a read comes back short
-                    first = SafetensorError(f"{what}: the file ended after {got} of {nbytes} bytes "
-                                            "(truncated while loading?)")
+                    first = _short_read(what, got, nbytes)
             except BaseException as e:  # noqa: BLE001 - every read must end before memory is let go
                 if first is None:
                     first = e
@@ -456,21 +456,51 @@ def _sources_of_index(index_path: str) -> List[_Source]:
     return out
 
 
-def _read_all(plans: Sequence[Tuple[str, Sequence[Tuple[int, int, int, str]]]]) -> None:
-    """Runs every read of `plans` ((path, [(ptr, nbytes, file offset, what)]) per file) at once,
-    all files together, and returns once all ended; raises the first failure. The caller has
-    settled the destinations' pending GPU work first (_settle_allocations / _settle_sources)."""
-    files, reads = [], _InFlight()
+# A plan: (path, direct reads [(ptr, nbytes, file offset, what)], scatters [_scatter.Scatter]).
+_Plan = Tuple[str, Sequence[Tuple[int, int, int, str]], Sequence[_scatter.Scatter]]
+
+
+def _read_all(plans: Sequence[_Plan]) -> None:
+    """Opens the files of `plans` and runs every read at once (_read_from)."""
+    files: List[File] = []
     try:
-        for path, ios in plans:
-            f = File(path, "r")
-            files.append(f)
-            for ptr, nbytes, offset, what in ios:
-                _start_read(f, reads, ptr, nbytes, offset, what)
+        for path, _ios, _scatters in plans:
+            files.append(File(path, "r"))
+        _read_from([(f, ios, scatters) for f, (_path, ios, scatters) in zip(files, plans)])
     finally:
-        reads.wait()  # every read ends (or fails) before anything is let go
         for f in files:
             f.close()
+
+
+def _read_from(jobs: Sequence[Tuple[File, Sequence[Tuple[int, int, int, str]], Sequence[_scatter.Scatter]]]) -> None:
+    """Runs every read of `jobs` ((open file, direct reads, scatters) each) at once, all files
+    together, and returns once all ended and every scatter's runs landed; raises the first
+    failure, after all that. The caller has settled the destinations' pending GPU work first
+    (_settle_allocations / _settle_sources)."""
+    reads = _InFlight()
+    spans = _scatter.Spans([s for _f, _ios, scatters in jobs for s in scatters], _short_read)
+    failure: Optional[BaseException] = None
+    try:
+        for f, ios, _scatters in jobs:
+            for ptr, nbytes, offset, what in ios:
+                _start_read(f, reads, ptr, nbytes, offset, what)
+        # The direct reads run while the span reads wait for staging slots.
+        for f, _ios, scatters in jobs:
+            for s in scatters:
+                spans.read(f, s)
+    except BaseException as e:  # noqa: BLE001 - raised once every read ended
+        failure = e
+    for finish in (spans.finish, reads.wait):  # every read ends (or fails) before anything is let go
+        try:
+            finish()
+        except BaseException as e:  # noqa: BLE001
+            failure = failure or e
+    if failure is not None:
+        raise failure
+
+
+def _short_read(what: str, got: int, nbytes: int) -> SafetensorError:
+    return SafetensorError(f"{what}: the file ended after {got} of {nbytes} bytes (truncated while loading?)")
 
 
 def _box_reads(dest_ptr: int, info: TensorInfo, box: Sequence[Tuple[int, int]], data_start: int,
@@ -483,6 +513,33 @@ def _box_reads(dest_ptr: int, info: TensorInfo, box: Sequence[Tuple[int, int]], 
     return ios
 
 
+def _box_plan(dest_ptr: int, device: Optional[int], info: TensorInfo, box: Sequence[Tuple[int, int]],
+              data_start: int, what: str) -> Tuple[List[Tuple[int, int, int, str]], List[_scatter.Scatter]]:
+    """The reads that fill a C-order array at dest_ptr, in the memory of `device` (a CUDA device
+    number, _scatter.HOST, or None where unknown), with the part `box` of tensor `info`: one read
+    per run, or, where the runs are many and short (a part split along a later dimension), the
+    span of whole rows read once and scattered (_scatter)."""
+    itemsize = _dtypes.BY_NAME[info.dtype].itemsize
+    p = place(Piece((0,) * len(info.shape), info.shape, None), [lo for lo, _ in box], [hi for _, hi in box],
+              itemsize)
+    if (p is None or device is None or not _scatter.through_span(p)
+            or (device == _scatter.HOST and not _scatter.host_scatter_available())):
+        return _box_reads(dest_ptr, info, box, data_start, what), []
+    base = data_start + info.begin
+    ios: List[Tuple[int, int, int, str]] = []
+    scatters: List[_scatter.Scatter] = []
+    for q in _scatter.pieces(p):
+        if _scatter.through_span(q):
+            scatters.append(_scatter.Scatter(dest_ptr, device, base, q, what))
+        else:
+            ios.extend((dest_ptr + at, n, base + src, what) for at, n, src in _scatter.direct_reads(q))
+    return ios, scatters
+
+
+def _device_number(t: _Target) -> int:
+    return t.ordinal if t.cuda else _scatter.HOST
+
+
 def load_file(filename: PathLike, device: Any = "cpu", *, framework: str = "pt",
               views: bool = False) -> Dict[str, Any]:
     """Loads every tensor of a checkpoint into `device`.
@@ -493,7 +550,7 @@ def load_file(filename: PathLike, device: Any = "cpu", *, framework: str = "pt",
     """
     t = _target(framework, device)
     result: Dict[str, Any] = {}
-    plans = []
+    plans: List[_Plan] = []
     for src in _sources(filename):
         h = src.header
         if views:
@@ -502,7 +559,7 @@ def load_file(filename: PathLike, device: Any = "cpu", *, framework: str = "pt",
             region = _region(t, hi - lo)
             for n in src.names:
                 result[n] = _view(t, region.obj, h.tensors[n], lo)
-            plans.append((src.path, [(region.ptr, hi - lo, h.data_start + lo, src.path)]))
+            plans.append((src.path, [(region.ptr, hi - lo, h.data_start + lo, src.path)], []))
             continue
         ios = []
         for n in src.names:
@@ -510,7 +567,7 @@ def load_file(filename: PathLike, device: Any = "cpu", *, framework: str = "pt",
             dest = _allocate(t, info.dtype, info.shape)
             result[n] = dest.obj
             ios.append((dest.ptr, info.nbytes, h.data_start + info.begin, f"{src.path}: {n}"))
-        plans.append((src.path, ios))
+        plans.append((src.path, ios, []))
     _settle_allocations(t)
     _read_all(plans)
     return result
@@ -542,7 +599,7 @@ def load_sharded(filename: PathLike, device: Any, split: SplitRule, *, rank: Opt
     result: Dict[str, Any] = {}
     plans, to_broadcast = [], []
     for src in _sources(filename):
-        h, ios = src.header, []
+        h, ios, scatters = src.header, [], []
         for n in src.names:
             info = h.tensors[n]
             dim = rule(n, info.shape)
@@ -558,8 +615,10 @@ def load_sharded(filename: PathLike, device: Any, split: SplitRule, *, rank: Opt
             box, shape = _part(info, dim, rank, world_size)
             dest = _allocate(t, info.dtype, shape)
             result[n] = dest.obj
-            ios.extend(_box_reads(dest.ptr, info, box, h.data_start, f"{src.path}: {n}"))
-        plans.append((src.path, ios))
+            direct, scattered = _box_plan(dest.ptr, _device_number(t), info, box, h.data_start, f"{src.path}: {n}")
+            ios.extend(direct)
+            scatters.extend(scattered)
+        plans.append((src.path, ios, scatters))
     _settle_allocations(t)
     _read_all(plans)
     if to_broadcast:
@@ -611,7 +670,7 @@ def load_into(tensors: Mapping[str, Any], filename: PathLike, *, strict: bool = 
                               f"missing {_few(missing)}, unexpected {_few(unexpected)}")
     plans, filled = [], _Filled()
     for src in sources:
-        h, ios = src.header, []
+        h, ios, scatters = src.header, [], []
         for n in src.names:
             if n not in tensors:
                 continue
@@ -629,12 +688,34 @@ def load_into(tensors: Mapping[str, Any], filename: PathLike, *, strict: bool = 
                 raise SafetensorError(f"{part} {n!r} has shape {list(shape)} in the checkpoint, "
                                       f"the destination has {list(dest.shape)}")
             if filled.add(n, dest):
-                ios.extend(_box_reads(dest.ptr, info, box, h.data_start, f"{src.path}: {n}"))
-        plans.append((src.path, ios))
+                device = _device_of(dest.obj) if dim is not None else None  # whole tensors: one run
+                direct, scattered = _box_plan(dest.ptr, device, info, box, h.data_start, f"{src.path}: {n}")
+                ios.extend(direct)
+                scatters.extend(scattered)
+        plans.append((src.path, ios, scatters))
     filled.check_overlaps()
     _settle_sources(filled.objects)
     _read_all(plans)
     return LoadResult(missing, unexpected)
+
+
+def _device_of(x: Any) -> Optional[int]:
+    """The CUDA device number of a destination's memory, _scatter.HOST for host memory, None
+    where that is not known (its part is then read run by run)."""
+    mod = type(x).__module__
+    if mod.startswith("torch"):
+        if x.device.type == "cpu":
+            return _scatter.HOST
+        return x.device.index if x.device.type == "cuda" and x.device.index is not None else None
+    if mod.startswith("numpy"):
+        return _scatter.HOST
+    if isinstance(x, DeviceArray):
+        return x.device
+    try:  # __cuda_array_interface__ memory: ask the driver where it is
+        from ._gpufile import _memory_of
+        return int(_memory_of(x)[2])
+    except Exception:  # noqa: BLE001 - an object the driver cannot place keeps the plain path
+        return None
 
 
 def _few(names: Sequence[str], most: int = 8) -> str:
@@ -893,12 +974,9 @@ class safe_open:
             raise SafetensorError("the file is closed")
         dest = _allocate(self._target, info.dtype, shape)
         _settle_allocations(self._target)
-        reads = _InFlight()
-        try:
-            for ptr, nbytes, offset, what in _box_reads(dest.ptr, info, box, self._header.data_start, info.name):
-                _start_read(self._file, reads, ptr, nbytes, offset, what)
-        finally:
-            reads.wait()
+        ios, scatters = _box_plan(dest.ptr, _device_number(self._target), info, box,
+                                  self._header.data_start, info.name)
+        _read_from([(self._file, ios, scatters)])
         return dest.obj
 
 
