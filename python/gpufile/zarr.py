@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import re
 import uuid
 import xml.etree.ElementTree as ElementTree
 from typing import TYPE_CHECKING, Any, AsyncIterator, Iterable, List, Optional, Tuple
@@ -345,8 +346,12 @@ class GpufileStore(Store):
         return keys, prefixes
 
 
+_PARTIAL = re.compile(r".*\.[0-9a-f]{32}\.partial")
+
+
 def _is_partial(name: str) -> bool:
-    return name.endswith(".partial")
+    """A write in progress (_set's file beside its key), not a key."""
+    return _PARTIAL.fullmatch(name) is not None
 
 
 class ListPage:

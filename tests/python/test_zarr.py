@@ -198,6 +198,14 @@ def test_get_byte_ranges_and_missing_keys(tmp_path):
         run(store.set("x", cpu.Buffer.from_bytes(b"1")))
 
 
+def test_local_listing_hides_only_writes_in_progress(tmp_path):
+    store = GpufileStore(tmp_path)
+    run(store.set("a/x.partial", cpu.Buffer.from_bytes(b"1")))  # a key may end in .partial
+    (tmp_path / "a" / f"c.{'0' * 32}.partial").write_bytes(b"half")  # a set() not finished
+    assert run(collect(store.list())) == ["a/x.partial"]
+    assert run(collect(store.list_dir("a"))) == ["x.partial"]
+
+
 def test_s3_listing_pages_and_prefixes():
     xml = (b'<?xml version="1.0"?><ListBucketResult xmlns="http://s3.amazonaws.com/doc/2006-03-01/">'
            b"<IsTruncated>true</IsTruncated><Contents><Key>p/a &amp; b</Key><Size>1</Size></Contents>"
