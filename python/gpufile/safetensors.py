@@ -165,7 +165,7 @@ def read_header(path: PathLike) -> Header:
     `path` may be an ``s3://``, ``http://`` or ``https://`` URL: the 8-byte length and the header
     are then read with two ranged reads, not the whole object."""
     if _is_url(path):
-        with RemoteFile(path) as f:
+        with RemoteFile(os.fspath(path)) as f:
             return _remote_header(f)
     with open(path, "rb") as f:
         size = os.fstat(f.fileno()).st_size
@@ -375,7 +375,7 @@ class _InFlight:
         return None
 
 
-def _start_read(f: File, reads: _InFlight, ptr: int, nbytes: int, file_offset: int, what: str) -> None:
+def _start_read(f: Union[File, RemoteFile], reads: _InFlight, ptr: int, nbytes: int, file_offset: int, what: str) -> None:
     if nbytes:
         reads.add(f.pread_ptr(ptr, nbytes, file_offset), nbytes, what)
 
@@ -452,7 +452,7 @@ def _sources(path: PathLike) -> List[_Source]:
     a file or of an index (a URL ending in "/" is a directory: its index, else its
     model.safetensors)."""
     if _is_url(path):
-        return _remote_sources(path)
+        return _remote_sources(os.fspath(path))
     path = os.fspath(path)
     if os.path.isdir(path):
         index = os.path.join(path, "model.safetensors.index.json")
