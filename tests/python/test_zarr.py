@@ -300,17 +300,30 @@ except ImportError:
     has_cupy = False
 
 
+class Seen(GpufileStore):
+    """Records what memory each chunk read of the store gave zarr."""
+    kinds: list = []
+
+    async def get(self, key, prototype=None, byte_range=None):
+        got = await super().get(key, prototype, byte_range)
+        if got is not None and "/c/" in key:
+            Seen.kinds.append(type(got.as_array_like()).__module__.split(".")[0])
+        return got
+
+
 @pytest.mark.skipif(not has_cupy, reason="zarr's GPU buffers need CuPy (the GPU machine)")
 @pytest.mark.parametrize("codec", ["none", "zstd"])
 def test_zarr_gpu_arrays(tmp_path, rng, codec):
     import cupy
-    store = GpufileStore(tmp_path / "cp")
+    store = Seen(tmp_path / "cp")
     data = round_trip(store, COMPRESSORS[codec], rng)
+    Seen.kinds.clear()
     with zarr.config.enable_gpu():
         z = zarr.open_array(store, path="a/b", mode="r+")
         got = z[:]
         assert isinstance(got, cupy.ndarray)
         cupy.testing.assert_array_equal(got, cupy.asarray(data))
+        assert Seen.kinds and set(Seen.kinds) == {"cupy"}  # chunks read straight into GPU memory
         z[:4] = cupy.arange(4 * 45, dtype=cupy.float32).reshape(4, 45)  # written from the GPU
     np.testing.assert_array_equal(zarr.open_array(store, path="a/b", mode="r")[:4],
                                   np.arange(4 * 45, dtype=np.float32).reshape(4, 45))
