@@ -41,7 +41,7 @@ from ._gpufile import DeviceBuffer, File, RemoteFile, RemoteWriter
 if TYPE_CHECKING:
     from typing import Self
 
-__all__ = ["GpufileStore"]
+__all__ = ["DeviceBytes", "GpufileStore"]
 
 _S3 = "s3://"
 LIST_PAGE_KEYS = 1000  # keys a ListObjectsV2 page asks for (S3's most)
