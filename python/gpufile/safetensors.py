@@ -26,7 +26,7 @@ from typing import Any, Callable, Dict, Iterable, List, Mapping, NamedTuple, Opt
 from . import _dtypes, _scatter
 from ._arrays import DeviceArray
 from ._boxes import Piece, place
-from ._gpufile import DeviceBuffer, File
+from ._gpufile import DeviceBuffer, File, RemoteFile
 
 __all__ = ["SafetensorError", "TensorInfo", "Header", "parse_header", "read_header", "load_file",
            "save_file", "safe_open", "load_sharded", "load_into", "LoadResult", "shard_slice"]
@@ -161,7 +161,13 @@ def parse_header(prefix: bytes, file_size: int) -> Header:
 
 
 def read_header(path: PathLike) -> Header:
-    """Reads and checks the header of a safetensors file (a few small reads, no data)."""
+    """Reads and checks the header of a safetensors file (a few small reads, no data).
+
+    `path` may be an ``s3://``, ``http://`` or ``https://`` URL: the 8-byte length and the header
+    are then read with two ranged reads, not the whole object."""
+    if _is_url(path):
+        with RemoteFile(os.fspath(path)) as f:
+            return _remote_header(f)
     with open(path, "rb") as f:
         size = os.fstat(f.fileno()).st_size
         head = f.read(8)
@@ -170,6 +176,32 @@ def read_header(path: PathLike) -> Header:
             if n <= MAX_HEADER_SIZE and 8 + n <= size:
                 head += f.read(n)
         return parse_header(head, size)
+
+
+_URL_SCHEMES = ("s3://", "http://", "https://")
+
+
+def _is_url(path: Any) -> bool:
+    return isinstance(path, str) and path[:8].lower().startswith(_URL_SCHEMES)
+
+
+def _read_exactly(f: RemoteFile, nbytes: int, offset: int) -> bytes:
+    out = bytearray(nbytes)
+    if nbytes and f.read(out, size=nbytes, file_offset=offset) != nbytes:
+        raise SafetensorError(f"{f.name}: the object ended before byte {offset + nbytes}")
+    return bytes(out)
+
+
+def _remote_header(f: RemoteFile) -> Header:
+    """The header of an open remote object: the length, then the header, as two ranged reads
+    (through the one RemoteFile, so both are of the version its open pinned)."""
+    size = f.size()
+    head = _read_exactly(f, min(8, size), 0)
+    if len(head) == 8:
+        (n,) = struct.unpack("<Q", head)
+        if n <= MAX_HEADER_SIZE and 8 + n <= size:
+            head += _read_exactly(f, n, 8)
+    return parse_header(head, size)
 
 
 # ---- devices and frameworks --------------------------------------------------------------------
@@ -312,22 +344,38 @@ class _InFlight:
     def add(self, future, nbytes: int, what: str) -> None:
         self._pending.append((future, nbytes, what))
 
+    def __len__(self) -> int:
+        return len(self._pending)
+
     def wait(self) -> None:
         first: Optional[BaseException] = None
         for future, nbytes, what in self._pending:
-            try:
-                got = future.result()
-                if got != nbytes and first is None:  # only a read comes back short
-                    first = _short_read(what, got, nbytes)
-            except BaseException as e:  # noqa: BLE001 - every read must end before memory is let go
-                if first is None:
-                    first = e
+            failure = self._end(future, nbytes, what)
+            if first is None:
+                first = failure
         self._pending.clear()
         if first is not None:
             raise first
 
+    def wait_oldest(self) -> None:
+        """Waits for the IO started first; raises its failure (the others keep running)."""
+        future, nbytes, what = self._pending.pop(0)
+        failure = self._end(future, nbytes, what)
+        if failure is not None:
+            raise failure
 
-def _start_read(f: File, reads: _InFlight, ptr: int, nbytes: int, file_offset: int, what: str) -> None:
+    @staticmethod
+    def _end(future, nbytes: int, what: str) -> Optional[BaseException]:
+        try:
+            got = future.result()
+            if got != nbytes:  # only a read comes back short
+                return _short_read(what, got, nbytes)
+        except BaseException as e:  # noqa: BLE001 - every read must end before memory is let go
+            return e
+        return None
+
+
+def _start_read(f: Union[File, RemoteFile], reads: _InFlight, ptr: int, nbytes: int, file_offset: int, what: str) -> None:
     if nbytes:
         reads.add(f.pread_ptr(ptr, nbytes, file_offset), nbytes, what)
 
@@ -394,10 +442,17 @@ class _Source(NamedTuple):
     path: str
     header: Header
     names: List[str]  # the tensors wanted from this file
+    # A remote object stays open from its header to its data, so every read is of the version
+    # the header came from (each GET carries the ETag of the open); None for local files.
+    remote: Optional[RemoteFile] = None
 
 
 def _sources(path: PathLike) -> List[_Source]:
-    """One file, a model.safetensors.index.json, or a directory holding either."""
+    """One file, a model.safetensors.index.json, or a directory holding either; or the URL of
+    a file or of an index (a URL ending in "/" is a directory: its index, else its
+    model.safetensors)."""
+    if _is_url(path):
+        return _remote_sources(os.fspath(path))
     path = os.fspath(path)
     if os.path.isdir(path):
         index = os.path.join(path, "model.safetensors.index.json")
@@ -429,65 +484,159 @@ def _sources_of(paths: Sequence[str]) -> List[_Source]:
     return out
 
 
+def _weight_map(index: Any, where: str) -> Dict[str, List[str]]:
+    """Shard file name -> the tensor names an index maps to it; shard names stay inside the
+    index's directory."""
+    weight_map = index.get("weight_map") if isinstance(index, dict) else None
+    if not isinstance(weight_map, dict) or not all(
+            isinstance(k, str) and isinstance(v, str) for k, v in weight_map.items()):
+        raise SafetensorError(f"{where}: no weight_map of tensor name -> file name")
+    by_file: Dict[str, List[str]] = {}
+    for name, file in weight_map.items():
+        if os.path.isabs(file) or ".." in file.replace("\\", "/").split("/"):
+            raise SafetensorError(f"{where}: shard path {file!r} leaves the checkpoint's directory")
+        by_file.setdefault(file, []).append(name)
+    return by_file
+
+
+def _check_shard(p: str, h: Header, names: List[str]) -> None:
+    missing = [n for n in names if n not in h.tensors]
+    if missing:
+        raise SafetensorError(f"{p} lacks {len(missing)} tensor(s) the index maps to it, e.g. {missing[0]!r}")
+
+
 def _sources_of_index(index_path: str) -> List[_Source]:
     with open(index_path, "rb") as f:
         try:
             index = json.load(f)
         except (ValueError, RecursionError) as e:
             raise SafetensorError(f"{index_path}: not valid JSON: {e}") from None
-    weight_map = index.get("weight_map") if isinstance(index, dict) else None
-    if not isinstance(weight_map, dict) or not all(
-            isinstance(k, str) and isinstance(v, str) for k, v in weight_map.items()):
-        raise SafetensorError(f"{index_path}: no weight_map of tensor name -> file name")
     base = os.path.dirname(os.path.abspath(index_path))
-    by_file: Dict[str, List[str]] = {}
-    for name, file in weight_map.items():
-        if os.path.isabs(file) or ".." in file.replace("\\", "/").split("/"):
-            raise SafetensorError(f"{index_path}: shard path {file!r} leaves the checkpoint's directory")
-        by_file.setdefault(file, []).append(name)
     out = []
-    for file, names in by_file.items():
+    for file, names in _weight_map(index, index_path).items():
         p = os.path.join(base, file)
         h = read_header(p)
-        missing = [n for n in names if n not in h.tensors]
-        if missing:
-            raise SafetensorError(f"{p} lacks {len(missing)} tensor(s) the index maps to it, e.g. {missing[0]!r}")
+        _check_shard(p, h, names)
         out.append(_Source(p, h, names))
     return out
 
 
-# A plan: (path, direct reads [(ptr, nbytes, file offset, what)], scatters [_scatter.Scatter]).
-_Plan = Tuple[str, Sequence[Tuple[int, int, int, str]], Sequence[_scatter.Scatter]]
+# ---- remote checkpoints (s3://, http(s)://) ---------------------------------------------------
+
+def _remote_sources(url: str) -> List[_Source]:
+    if url.endswith("/"):  # a folder: its index, else its model.safetensors
+        try:
+            index = RemoteFile(url + "model.safetensors.index.json")
+        except FileNotFoundError:
+            url = url + "model.safetensors"
+        else:
+            return _remote_index_sources(index)
+    elif url.endswith(".json"):
+        return _remote_index_sources(RemoteFile(url))
+    return [_remote_source(url, RemoteFile(url), None)]
+
+
+def _remote_source(url: str, f: RemoteFile, names: Optional[List[str]]) -> _Source:
+    try:
+        h = _remote_header(f)
+        if names is not None:
+            _check_shard(url, h, names)
+    except BaseException:
+        f.close()
+        raise
+    return _Source(url, h, list(h.tensors) if names is None else names, f)
+
+
+def _shard_url(index_url: str, file: str) -> str:
+    """The URL of a shard named relative to its index. http(s):// paths are percent-encoded here;
+    s3:// keys are sent as given (gpufile encodes them)."""
+    base = index_url[:index_url.rindex("/") + 1]
+    if index_url.lower().startswith("s3://"):
+        return base + file
+    from urllib.parse import quote
+    return base + quote(file, safe="/")
+
+
+def _remote_index_sources(index: RemoteFile) -> List[_Source]:
+    index_url = index.name
+    with index as f:
+        size = f.size()
+        if size > MAX_HEADER_SIZE:
+            raise SafetensorError(f"{index_url}: {size} bytes is too large for an index")
+        raw = _read_exactly(f, size, 0)
+    try:
+        parsed = json.loads(raw)
+    except (ValueError, RecursionError) as e:
+        raise SafetensorError(f"{index_url}: not valid JSON: {e}") from None
+    out: List[_Source] = []
+    try:
+        for file, names in _weight_map(parsed, index_url).items():
+            p = _shard_url(index_url, file)
+            out.append(_remote_source(p, RemoteFile(p), names))
+    except BaseException:
+        _close_sources(out)
+        raise
+    return out
+
+
+def _close_sources(sources: Iterable[_Source]) -> None:
+    for src in sources:
+        if src.remote is not None:
+            src.remote.close()
+
+
+def _remote_reads_in_flight() -> int:
+    """Remote reads are Futures of a thread each, each with up to remote_concurrency GETs in
+    flight: this many at once keeps the connections busy without a thread per tensor."""
+    from . import settings
+    return max(2, min(16, int(settings().get("gpufile.remote_concurrency", 16))))
+
+
+# A plan: (source, direct reads [(ptr, nbytes, file offset, what)], scatters [_scatter.Scatter]).
+_Plan = Tuple[_Source, Sequence[Tuple[int, int, int, str]], Sequence[_scatter.Scatter]]
 
 
 def _read_all(plans: Sequence[_Plan]) -> None:
-    """Opens the files of `plans` and runs every read at once (_read_from)."""
+    """Opens the local files of `plans` and runs every read at once (_read_from); remote sources
+    read through their open RemoteFile, and are closed here."""
     files: List[File] = []
     try:
-        for path, _ios, _scatters in plans:
-            files.append(File(path, "r"))
-        _read_from([(f, ios, scatters) for f, (_path, ios, scatters) in zip(files, plans)])
+        jobs = []
+        for src, ios, scatters in plans:
+            if src.remote is not None:
+                jobs.append((src.remote, ios, scatters))
+                continue
+            f = File(src.path, "r")
+            files.append(f)
+            jobs.append((f, ios, scatters))
+        _read_from(jobs)
     finally:
         for f in files:
             f.close()
+        _close_sources(src for src, _ios, _scatters in plans)
 
 
-def _read_from(jobs: Sequence[Tuple[File, Sequence[Tuple[int, int, int, str]], Sequence[_scatter.Scatter]]]) -> None:
+def _read_from(jobs: Sequence[Tuple[Union[File, RemoteFile], Sequence[Tuple[int, int, int, str]],
+                                    Sequence[_scatter.Scatter]]]) -> None:
     """Runs every read of `jobs` ((open file, direct reads, scatters) each) at once, all files
     together, and returns once all ended and every scatter's runs landed; raises the first
-    failure, after all that. The caller has settled the destinations' pending GPU work first
+    failure, after all that. Direct reads of remote objects go a bounded number at a time
+    (_read_remote). The caller has settled the destinations' pending GPU work first
     (_settle_allocations / _settle_sources)."""
     reads = _InFlight()
     spans = _scatter.Spans([s for _f, _ios, scatters in jobs for s in scatters], _short_read)
+    remote = [(f, io) for f, ios, _s in jobs if isinstance(f, RemoteFile) for io in ios]
     failure: Optional[BaseException] = None
     try:
         for f, ios, _scatters in jobs:
-            for ptr, nbytes, offset, what in ios:
-                _start_read(f, reads, ptr, nbytes, offset, what)
+            if not isinstance(f, RemoteFile):
+                for ptr, nbytes, offset, what in ios:
+                    _start_read(f, reads, ptr, nbytes, offset, what)
         # The direct reads run while the span reads wait for staging slots.
         for f, _ios, scatters in jobs:
             for s in scatters:
                 spans.read(f, s)
+        _read_remote(remote, _remote_reads_in_flight())
     except BaseException as e:  # noqa: BLE001 - raised once every read ended
         failure = e
     for finish in (spans.finish, reads.wait):  # every read ends (or fails) before anything is let go
@@ -501,6 +650,24 @@ def _read_from(jobs: Sequence[Tuple[File, Sequence[Tuple[int, int, int, str]], S
 
 def _short_read(what: str, got: int, nbytes: int) -> SafetensorError:
     return SafetensorError(f"{what}: the file ended after {got} of {nbytes} bytes (truncated while loading?)")
+
+
+def _read_remote(ios: Sequence[Tuple[RemoteFile, Tuple[int, int, int, str]]], most: int) -> None:
+    """Reads `ios` with at most `most` in flight; after a failure starts no more, waits for the
+    reads already running and raises the first failure."""
+    window = _InFlight()
+    try:
+        for f, (ptr, nbytes, offset, what) in ios:
+            if len(window) >= most:
+                window.wait_oldest()
+            _start_read(f, window, ptr, nbytes, offset, what)
+    except BaseException:
+        try:
+            window.wait()  # the reads still running end before the failure is raised
+        except BaseException:  # noqa: BLE001 - the first failure is the one raised
+            pass
+        raise
+    window.wait()
 
 
 def _box_reads(dest_ptr: int, info: TensorInfo, box: Sequence[Tuple[int, int]], data_start: int,
@@ -559,7 +726,7 @@ def load_file(filename: PathLike, device: Any = "cpu", *, framework: str = "pt",
             region = _region(t, hi - lo)
             for n in src.names:
                 result[n] = _view(t, region.obj, h.tensors[n], lo)
-            plans.append((src.path, [(region.ptr, hi - lo, h.data_start + lo, src.path)], []))
+            plans.append((src, [(region.ptr, hi - lo, h.data_start + lo, src.path)], []))
             continue
         ios = []
         for n in src.names:
@@ -567,7 +734,7 @@ def load_file(filename: PathLike, device: Any = "cpu", *, framework: str = "pt",
             dest = _allocate(t, info.dtype, info.shape)
             result[n] = dest.obj
             ios.append((dest.ptr, info.nbytes, h.data_start + info.begin, f"{src.path}: {n}"))
-        plans.append((src.path, ios, []))
+        plans.append((src, ios, []))
     _settle_allocations(t)
     _read_all(plans)
     return result
@@ -618,7 +785,7 @@ def load_sharded(filename: PathLike, device: Any, split: SplitRule, *, rank: Opt
             direct, scattered = _box_plan(dest.ptr, _device_number(t), info, box, h.data_start, f"{src.path}: {n}")
             ios.extend(direct)
             scatters.extend(scattered)
-        plans.append((src.path, ios, scatters))
+        plans.append((src, ios, scatters))
     _settle_allocations(t)
     _read_all(plans)
     if to_broadcast:
@@ -692,7 +859,7 @@ def load_into(tensors: Mapping[str, Any], filename: PathLike, *, strict: bool = 
                 direct, scattered = _box_plan(dest.ptr, device, info, box, h.data_start, f"{src.path}: {n}")
                 ios.extend(direct)
                 scatters.extend(scattered)
-        plans.append((src.path, ios, scatters))
+        plans.append((src, ios, scatters))
     filled.check_overlaps()
     _settle_sources(filled.objects)
     _read_all(plans)
@@ -933,8 +1100,13 @@ class safe_open:
     def __init__(self, filename: PathLike, framework: str = "pt", device: Any = "cpu"):
         self._path = os.fspath(filename)
         self._target = _target(framework, device)
-        self._header = read_header(self._path)
-        self._file: Optional[File] = File(self._path, "r")
+        self._file: Optional[Union[File, RemoteFile]] = None
+        if _is_url(self._path):  # the header and every slice read of the version opened here
+            src = _remote_source(self._path, RemoteFile(self._path), None)
+            self._header, self._file = src.header, src.remote
+        else:
+            self._header = read_header(self._path)
+            self._file = File(self._path, "r")
 
     def __enter__(self) -> "safe_open":
         return self

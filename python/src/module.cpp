@@ -649,6 +649,30 @@ NB_MODULE(_gpufile, m) {
     if (Error e = Runtime::instance().ensure_open()) raise(e, "driver open");
     return Runtime::instance().engine_name();
   }, "The IO engine of the open driver (io_uring or posix); opens the driver if needed.");
+  // s3:// buckets for gpufile.zarr's store: listing and deleting (docs/remote.md). The XML is
+  // parsed in Python.
+  m.def("_s3_list_page", [](const std::string& url, const std::string& prefix,
+                            const std::string& delimiter, const std::string& continuation,
+                            unsigned max_keys) {
+    remote::ListPage page{prefix, delimiter, continuation, max_keys};
+    std::string xml;
+    remote::Failure f;
+    {
+      nb::gil_scoped_release unlocked;
+      f = api::list_objects(url, page, &xml);
+    }
+    if (!f.ok()) raise_os(f.err, f.message, url);
+    return nb::bytes(xml.data(), xml.size());
+  }, "url"_a, "prefix"_a, "delimiter"_a, "continuation"_a, "max_keys"_a = 1000,
+        "One page of ListObjectsV2 of the bucket of an s3:// URL: the reply's XML.");
+  m.def("_s3_delete", [](const std::string& url) {
+    remote::Failure f;
+    {
+      nb::gil_scoped_release unlocked;
+      f = api::delete_object(url);
+    }
+    if (!f.ok()) raise_os(f.err, f.message, url);
+  }, "url"_a, "Deletes an s3:// object (a missing key is no error, as S3 answers).");
   m.def("cuda_available", [] { return cuda::driver() != nullptr; });
   m.def("cuda_unavailable_reason", [] { return cuda::driver() ? std::string() : cuda::why_no_driver(); });
   m.def("device_count", [] {

@@ -65,7 +65,11 @@ remote::Failure RemoteWriter::open(const std::string& url, std::unique_ptr<Remot
   std::unique_ptr<RemoteWriter> w(new RemoteWriter());
   w->part_bytes_ = std::max(o.part_bytes, remote::kMinUploadPart);
   void* mem = nullptr;
-  if (cuda::alloc_pinned(w->part_bytes_, &mem)) return {ENOMEM, url + ": no memory for a part"};
+  {
+    cuda::ScopedAnyContext ctx;  // pinning needs a context on this thread (any thread may open)
+    if (Error e = cuda::alloc_pinned(w->part_bytes_, &mem))
+      return {ENOMEM, url + ": no pinned memory for a part: " + describe(e)};
+  }
   w->part_ = static_cast<char*>(mem);
   if (remote::Failure f = remote::Upload::begin(url, o, &w->upload_); !f.ok()) return f;
   *out = std::move(w);
@@ -137,6 +141,30 @@ remote::Failure RemoteWriter::close() {
 void RemoteWriter::abort() {
   done_ = true;
   if (upload_) upload_->abort();
+}
+
+// ---- listing and deleting --------------------------------------------------------------------
+
+namespace {
+
+remote::Failure session_options(const std::string& url, remote::Options* o) {
+  if (Error e = Runtime::instance().remote_options(o))
+    return {EIO, url + ": the gpufile driver did not open: " + describe(e)};
+  return {};
+}
+
+}  // namespace
+
+remote::Failure list_objects(const std::string& url, const remote::ListPage& page, std::string* xml) {
+  remote::Options o;
+  if (remote::Failure f = session_options(url, &o); !f.ok()) return f;
+  return remote::list_objects(url, page, o, xml);
+}
+
+remote::Failure delete_object(const std::string& url) {
+  remote::Options o;
+  if (remote::Failure f = session_options(url, &o); !f.ok()) return f;
+  return remote::delete_object(url, o);
 }
 
 }  // namespace gpufile::api

@@ -11,6 +11,7 @@
 #include <string>
 
 #include "api/file.hpp"
+#include "io/remote/bucket.hpp"
 #include "io/remote/object.hpp"
 #include "io/remote/upload.hpp"
 
@@ -75,5 +76,10 @@ class RemoteWriter {
   uint64_t part_bytes_ = 0, filled_ = 0, written_ = 0;
   bool done_ = false;
 };
+
+// One page of an s3:// bucket's keys, and deleting an object (io/remote/bucket.hpp), with the
+// session's remote settings (retries, timeouts).
+remote::Failure list_objects(const std::string& url, const remote::ListPage& page, std::string* xml);
+remote::Failure delete_object(const std::string& url);
 
 }  // namespace gpufile::api

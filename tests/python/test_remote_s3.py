@@ -11,6 +11,7 @@ import os
 import socket
 import subprocess
 import sys
+import threading
 import time
 
 import numpy as np
@@ -226,6 +227,26 @@ def test_write_from_host_memory_then_read_back(s3_env, rng):
         with pytest.raises(FileNotFoundError):
             gpufile.open("s3://data/up/host.bin")  # not there before the close
     np.testing.assert_array_equal(read_all("s3://data/up/host.bin", data.size), data)
+
+
+def test_write_from_a_thread_without_a_cuda_context(s3_env, rng):
+    # zarr's store writes from asyncio's worker threads, where no CUDA context is current: the
+    # writer makes one current to pin its part buffer (the driver refuses otherwise).
+    data = rng.integers(0, 256, size=1000, dtype=np.uint8)
+    failures = []
+
+    def write():
+        try:
+            with gpufile.open("s3://data/up/thread.bin", "w") as w:
+                w.write(data)
+        except BaseException as e:  # noqa: BLE001 - reported below
+            failures.append(e)
+
+    t = threading.Thread(target=write)
+    t.start()
+    t.join(60)
+    assert not failures
+    np.testing.assert_array_equal(read_all("s3://data/up/thread.bin", data.size), data)
 
 
 @needs_gpu_driver

@@ -13,6 +13,7 @@ Faults, each for the next N ranged GETs (HEAD requests are never faulted unless 
   truncate    a 206 whose body (and Content-Length) is shorter than the range asked for
   stall       send the headers and a few bytes, then nothing for `stall_seconds`
   replace     after N GETs, replace the object: new bytes, new ETag
+`arm(kind, times, after=K)` lets K GETs through before the fault starts.
 The multipart upload requests of S3 are served too (`status` faults their part uploads).
 """
 from __future__ import annotations
@@ -35,10 +36,12 @@ class Faults:
         self.head_status: int | None = None
         self.replace_with: bytes | None = None
         self.fired: dict[str, int] = {}
+        self.spared: dict[str, int] = {}  # GETs still let through before the fault starts
 
-    def arm(self, kind: str, times: int = 1 << 30, **kw):
+    def arm(self, kind: str, times: int = 1 << 30, after: int = 0, **kw):
         with self.lock:
             self.counts[kind] = times
+            self.spared[kind] = after
             for k, v in kw.items():
                 setattr(self, k, v)
 
@@ -46,6 +49,9 @@ class Faults:
         with self.lock:
             left = self.counts.get(kind, 0)
             if left <= 0:
+                return False
+            if self.spared.get(kind, 0) > 0:
+                self.spared[kind] -= 1
                 return False
             self.counts[kind] = left - 1
             self.fired[kind] = self.fired.get(kind, 0) + 1

@@ -6,6 +6,7 @@
 
 #include "io/remote/address.hpp"
 #include "io/remote/aws.hpp"
+#include "io/remote/bucket.hpp"
 #include "io/remote/policy.hpp"
 
 namespace gpufile::remote {
@@ -75,6 +76,21 @@ TEST(RemoteS3, AddressingStyles) {
   EXPECT_EQ(a.region, "us-east-1");
   a = s3_address(S3Object{"with.dots", "k"}, "us-west-2", "");
   EXPECT_EQ(a.url, "https://s3.us-west-2.amazonaws.com/with.dots/k");
+}
+
+TEST(RemoteS3, BucketAddressingStyles) {
+  EXPECT_EQ(s3_bucket_address("bkt", "eu-west-1", "").url, "https://bkt.s3.eu-west-1.amazonaws.com/");
+  EXPECT_EQ(s3_bucket_address("bkt", "", "http://127.0.0.1:7070/").url, "http://127.0.0.1:7070/bkt");
+  EXPECT_EQ(s3_bucket_address("with.dots", "us-west-2", "").url,
+            "https://s3.us-west-2.amazonaws.com/with.dots");
+}
+
+TEST(RemoteS3, ListQueryIsCanonical) {
+  // Names in order, values encoded with '/' too: the query as sent is the one signed.
+  ListPage first{"arr/c/0 1", "/", ""};
+  EXPECT_EQ(list_query(first), "delimiter=%2F&list-type=2&max-keys=1000&prefix=arr%2Fc%2F0%201");
+  ListPage next{"", "", "tok/en+=", 10};
+  EXPECT_EQ(list_query(next), "continuation-token=tok%2Fen%2B%3D&list-type=2&max-keys=10&prefix=");
 }
 
 // ---- AWS settings ----

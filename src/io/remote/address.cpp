@@ -135,4 +135,12 @@ S3Address s3_address(const S3Object& obj, std::string_view region, std::string_v
   return a;
 }
 
+S3Address s3_bucket_address(std::string_view bucket, std::string_view region, std::string_view endpoint) {
+  // The object address of an empty key ends in "/"; path-style, the bucket is the path without it.
+  S3Address a = s3_address(S3Object{std::string(bucket), std::string()}, region, endpoint);
+  const bool virtual_hosted = endpoint.empty() && bucket.find('.') == std::string_view::npos;
+  if (!virtual_hosted) a.url.pop_back();
+  return a;
+}
+
 }  // namespace gpufile::remote

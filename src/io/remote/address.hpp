@@ -45,5 +45,8 @@ struct S3Address {
 // virtual-hosted style, https://bucket.s3.REGION.amazonaws.com/key, or path-style at
 // s3.REGION.amazonaws.com for bucket names with dots (TLS wildcards do not cover those).
 S3Address s3_address(const S3Object& obj, std::string_view region, std::string_view endpoint);
+// The same for requests on the bucket itself (ListObjectsV2): ENDPOINT/bucket path-style, else
+// https://bucket.s3.REGION.amazonaws.com/.
+S3Address s3_bucket_address(std::string_view bucket, std::string_view region, std::string_view endpoint);
 
 }  // namespace gpufile::remote

@@ -100,6 +100,32 @@ const char* verdict_text(Verdict v) {
 
 // ---- how requests are made -------------------------------------------------------------------
 
+namespace {
+
+// Where an s3:// request goes and how it is signed, from aws.hpp's sources; `key` empty for the
+// bucket itself.
+Failure make_s3(const std::string& url, const S3Object& obj, bool bucket, Request* req) {
+  const AwsConfig aws = resolve_aws(process_sources());
+  const S3Address addr = bucket ? s3_bucket_address(obj.bucket, aws.region, aws.endpoint)
+                                : s3_address(obj, aws.region, aws.endpoint);
+  req->http_url = addr.url;
+  req->ca_bundle = aws.ca_bundle;
+  if (aws.has_credentials()) {
+    if (!curl()->aws_sigv4)
+      return {ENOTSUP, url + ": signed S3 requests need libcurl 7.75 or newer"};
+    req->sigv4 = "aws:amz:" + addr.region + ":s3";
+    req->user = aws.access_key;
+    req->password = aws.secret_key;
+    // S3 wants the payload's hash signed; reads have none, and uploads send it unsigned.
+    req->headers.push_back("x-amz-content-sha256: UNSIGNED-PAYLOAD");
+    if (!aws.session_token.empty())
+      req->headers.push_back("x-amz-security-token: " + aws.session_token);
+  }
+  return {};
+}
+
+}  // namespace
+
 Failure Request::make(const std::string& url, const Url& parsed, std::unique_ptr<Request>* out) {
   if (curl() == nullptr) return {ELIBACC, url + ": " + why_no_curl()};
   auto req = std::make_unique<Request>();
@@ -107,27 +133,24 @@ Failure Request::make(const std::string& url, const Url& parsed, std::unique_ptr
   if (parsed.scheme == Scheme::s3) {
     std::optional<S3Object> s3 = parse_s3(parsed, &why);
     if (!s3) return {EINVAL, url + ": " + why};
-    const AwsConfig aws = resolve_aws(process_sources());
-    const S3Address addr = s3_address(*s3, aws.region, aws.endpoint);
-    req->http_url = addr.url;
-    req->ca_bundle = aws.ca_bundle;
-    if (aws.has_credentials()) {
-      if (!curl()->aws_sigv4)
-        return {ENOTSUP, url + ": signed S3 requests need libcurl 7.75 or newer"};
-      req->sigv4 = "aws:amz:" + addr.region + ":s3";
-      req->user = aws.access_key;
-      req->password = aws.secret_key;
-      // S3 wants the payload's hash signed; reads have none, and uploads send it unsigned.
-      req->headers.push_back("x-amz-content-sha256: UNSIGNED-PAYLOAD");
-      if (!aws.session_token.empty())
-        req->headers.push_back("x-amz-security-token: " + aws.session_token);
-    }
+    if (Failure f = make_s3(url, *s3, false, req.get()); !f.ok()) return f;
   } else {
     req->http_url = url;
     req->follow_redirects = true;
     // As the curl tool reads it: certificates for https:// servers outside the system's store.
     if (const char* bundle = std::getenv("CURL_CA_BUNDLE"); bundle != nullptr) req->ca_bundle = bundle;
   }
+  req->set_if_match("");
+  *out = std::move(req);
+  return {};
+}
+
+Failure Request::make_bucket(const std::string& url, const Url& parsed, std::unique_ptr<Request>* out) {
+  if (curl() == nullptr) return {ELIBACC, url + ": " + why_no_curl()};
+  if (parsed.scheme != Scheme::s3 || parsed.host.empty())
+    return {EINVAL, url + ": not an s3:// URL of a bucket"};
+  auto req = std::make_unique<Request>();
+  if (Failure f = make_s3(url, S3Object{parsed.host, std::string()}, true, req.get()); !f.ok()) return f;
   req->set_if_match("");
   *out = std::move(req);
   return {};

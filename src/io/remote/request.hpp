@@ -58,6 +58,8 @@ struct Request {
   // The request for `url` (parsed already): s3:// through aws.hpp's sources (signed when
   // credentials are found), http(s):// as it is. Loads libcurl.
   static Failure make(const std::string& url, const Url& parsed, std::unique_ptr<Request>* out);
+  // The request for the bucket of an s3:// URL itself (its key, if any, is ignored).
+  static Failure make_bucket(const std::string& url, const Url& parsed, std::unique_ptr<Request>* out);
   ~Request();
   // Every later request carries If-Match: `etag` (none when empty).
   void set_if_match(const std::string& etag);

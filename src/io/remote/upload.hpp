@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "io/remote/call.hpp"
 #include "io/remote/request.hpp"
 
 namespace gpufile::remote {
@@ -37,7 +38,6 @@ class Upload {
 
  private:
   Upload() = default;
-  struct Reply;
   // One request, retried with backoff; `body` is sent when given (PUT or POST).
   Failure send(const char* method, const std::string& query, const char* body, uint64_t len,
                Reply* reply);
