@@ -37,6 +37,10 @@ def device_bytes(buf, nbytes=None, offset=0) -> np.ndarray:
 
 needs_gpu_driver = pytest.mark.skipif(not gpufile.cuda_available(),
                                       reason="no CUDA driver (nor its test double)")
+# Tests that delay or fail the driver's copies through the test double's controls.
+needs_driver_double = pytest.mark.skipif(
+    "fakecuda" not in os.environ.get("GPUFILE_CUDA_LIBRARY", ""),
+    reason="needs the CUDA driver's test double (its copy delays and failures)")
 
 
 class DLPackOnly:

@@ -13,7 +13,7 @@ from safetensors.numpy import save_file as st_save
 import gpufile
 from gpufile import _scatter
 from gpufile import safetensors as gst
-from conftest import needs_gpu_driver
+from conftest import needs_driver_double, needs_gpu_driver
 from test_safetensors import needs_cuda_torch, torch
 from test_safetensors_into import CudaArray
 
@@ -169,7 +169,7 @@ def test_staging_is_bounded_reused_and_let_go(tmp_path, rng, monkeypatch, device
     assert made[0].memory is None and made[0].copier is None
 
 
-@needs_gpu_driver
+@needs_driver_double
 def test_slow_copies_and_a_failed_copy(tmp_path, rng, monkeypatch):
     # With every copy of the driver's test double delayed, the parts are whole: each of the 16
     # pieces goes through one of 2 slots (pieces large enough for gpufile's workers, whose

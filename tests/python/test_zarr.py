@@ -268,8 +268,12 @@ DOUBLE_GPU = BufferPrototype(buffer=DoubleGpuBuffer, nd_buffer=zarr_gpu.NDBuffer
 
 def device_get(store, key, byte_range=None):
     got = run(store.get(key, DOUBLE_GPU, byte_range))
-    assert isinstance(got, DoubleGpuBuffer) and isinstance(got._data, DeviceBytes)
-    return got._data.to_host().tobytes()
+    assert isinstance(got, DoubleGpuBuffer)
+    if isinstance(got._data, DeviceBytes):  # no CuPy (CI): gpufile's own device memory
+        return got._data.to_host().tobytes()
+    import cupy  # where CuPy is installed the store allocates with it, as zarr's buffers do
+    assert isinstance(got._data, cupy.ndarray) and got._data.dtype == cupy.uint8
+    return cupy.asnumpy(got._data).tobytes()
 
 
 @needs_gpu_driver
