@@ -45,4 +45,10 @@ Budget automatic_budget(unsigned cores, unsigned local_world) {
   return b;
 }
 
+uint64_t pagecache_dma_budget(uint64_t per_gpu, unsigned devices, unsigned local_world,
+                              uint64_t memory) {
+  const uint64_t gpus = std::max(1u, devices / std::max(1u, local_world));
+  return std::min(per_gpu * gpus, memory / 8);
+}
+
 }  // namespace gpufile::exec

@@ -7,6 +7,7 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 
 namespace gpufile::exec {
 
@@ -30,5 +31,14 @@ struct Budget {
 // measured: docs/performance.md); caller slabs two per core of the share, at least 8 alone and 4
 // shared; small buffers four per core of the share, at least 64 alone and 16 shared.
 Budget automatic_budget(unsigned cores, unsigned local_world);
+
+// Page cache a process may keep registered for page-cache DMA (exec/cache_windows.hpp):
+// `per_gpu` bytes for each GPU it feeds, the `devices` it sees, shared out where the
+// `local_world` processes of the host all see them (torchrun without CUDA_VISIBLE_DEVICES), one
+// GPU's worth at least; and at most an eighth of the host's `memory`, since registered pages
+// cannot be reclaimed. One process reading four 4 GiB files into four GPUs on the x4 machine
+// reached 111 GiB/s with 8 GiB registered, 138 with 32 (of 161 pinned; docs/performance.md).
+uint64_t pagecache_dma_budget(uint64_t per_gpu, unsigned devices, unsigned local_world,
+                              uint64_t memory);
 
 }  // namespace gpufile::exec

@@ -115,12 +115,9 @@ void init_caller_staging(Session& s, const exec::ExecutorConfig& c, const exec::
   s.remote.init(s.settings.remote_part_kb * 1024, remote, 0);
 }
 
-// Pinned page cache cannot be reclaimed while registered: at most the setting, and at most an
-// eighth of the machine's memory.
-uint64_t pagecache_dma_budget(const Settings& s) {
+uint64_t host_memory() {
   const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
-  const uint64_t eighth = pages > 0 && page > 0 ? static_cast<uint64_t>(pages) * page / 8 : 0;
-  return std::min<uint64_t>(uint64_t{s.pagecache_dma_mb} << 20, eighth);
+  return pages > 0 && page > 0 ? static_cast<uint64_t>(pages) * page : 0;
 }
 
 // Where the workers go: near the GPUs this process serves (exec/placement.hpp), from sysfs. The
@@ -188,7 +185,10 @@ Error start_session(Session& s) {
   if (s.gpu) init_caller_staging(s, c, budget);
   if (s.gpu && s.settings.pagecache_dma_mb > 0)
     s.pagecache_dma = std::make_shared<exec::PageCacheDma>(
-        pagecache_dma_budget(s.settings), std::chrono::milliseconds(s.settings.pagecache_dma_idle_ms));
+        exec::pagecache_dma_budget(uint64_t{s.settings.pagecache_dma_mb} << 20,
+                                   static_cast<unsigned>(cuda::driver()->device_count), local_world,
+                                   host_memory()),
+        std::chrono::milliseconds(s.settings.pagecache_dma_idle_ms));
   return Error::none();
 }
 

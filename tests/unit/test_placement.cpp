@@ -262,6 +262,30 @@ TEST(Budget, NProcessesTogetherGetAboutWhatOneGets) {
   }
 }
 
+TEST(PageCacheDmaBudget, PerGpuFedSharedByAWorldThatSeesThemAllAndAnEighthOfMemoryAtMost) {
+  constexpr uint64_t GiB = 1ull << 30;
+  struct Row {
+    const char* what;
+    unsigned devices, world;
+    uint64_t memory, want;
+  };
+  const Row rows[] = {
+      {"one GPU", 1, 1, 128 * GiB, 8 * GiB},
+      {"one process for four GPUs", 4, 1, 512 * GiB, 32 * GiB},
+      {"four processes that each see all four", 4, 4, 512 * GiB, 8 * GiB},
+      {"four processes that each see one (CUDA_VISIBLE_DEVICES)", 1, 4, 512 * GiB, 8 * GiB},
+      {"eight GPUs, two processes", 8, 2, 2048 * GiB, 32 * GiB},
+      {"an eighth of memory bounds it", 4, 1, 64 * GiB, 8 * GiB},
+      {"a small machine", 1, 1, 24 * GiB, 3 * GiB},
+      {"no GPU counted", 0, 1, 128 * GiB, 8 * GiB},
+  };
+  for (const Row& r : rows) {
+    SCOPED_TRACE(r.what);
+    EXPECT_EQ(pagecache_dma_budget(8 * GiB, r.devices, r.world, r.memory), r.want);
+  }
+  EXPECT_EQ(pagecache_dma_budget(0, 4, 1, 512 * GiB), 0u) << "0 keeps the path off";
+}
+
 }  // namespace
 
 // ---- the executor applies a placement ------------------------------------------------------------
