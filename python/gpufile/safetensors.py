@@ -21,12 +21,13 @@ from __future__ import annotations
 import json
 import os
 import struct
+import threading
 from typing import Any, Callable, Dict, Iterable, List, Mapping, NamedTuple, Optional, Sequence, Tuple, Union
 
 from . import _dtypes, _scatter
 from ._arrays import DeviceArray
 from ._boxes import Piece, place
-from ._gpufile import DeviceBuffer, File, RemoteFile
+from ._gpufile import DeviceBuffer, File, RemoteFile, _open_session, driver_is_open
 
 __all__ = ["SafetensorError", "TensorInfo", "Header", "parse_header", "read_header", "load_file",
            "save_file", "safe_open", "load_sharded", "load_into", "LoadResult", "shard_slice"]
@@ -334,6 +335,36 @@ def _settle_sources(tensors: Iterable[Any]) -> None:
 
 
 # ---- IO ----------------------------------------------------------------------------------------
+
+class _SessionOpening:
+    """gpufile's session (its IO workers and their pinned staging: most of the fixed cost of a
+    first load in a fresh process) opened on a thread of its own while the loader parses headers
+    and allocates the destinations; otherwise the loader's first read opens it, and the load
+    waits for that on top. wait() before the reads raises the open's failure: an open consumes
+    the settings staged for it (set_setting, as cuFile's setters), so the reads must not open
+    again with the defaults."""
+
+    def __init__(self) -> None:
+        self._thread: Optional[threading.Thread] = None
+        self._failure: Optional[BaseException] = None
+        if not driver_is_open():
+            self._thread = threading.Thread(target=self._open, name="gpufile-open", daemon=True)
+            self._thread.start()
+
+    def _open(self) -> None:
+        try:
+            _open_session()
+        except BaseException as e:  # noqa: BLE001 - raised by wait(), on the loader's thread
+            self._failure = e
+
+    def wait(self) -> None:
+        if self._thread is not None:
+            self._thread.join()
+            self._thread = None
+        if self._failure is not None:
+            failure, self._failure = self._failure, None
+            raise failure
+
 
 class _InFlight:
     """IO in flight; wait() checks every one and raises the first failure, after all ended."""
@@ -716,6 +747,7 @@ def load_file(filename: PathLike, device: Any = "cpu", *, framework: str = "pt",
     ``views=True`` each file's tensors are views into one allocation of its data section.
     """
     t = _target(framework, device)
+    opening = _SessionOpening()
     result: Dict[str, Any] = {}
     plans: List[_Plan] = []
     for src in _sources(filename):
@@ -736,6 +768,7 @@ def load_file(filename: PathLike, device: Any = "cpu", *, framework: str = "pt",
             ios.append((dest.ptr, info.nbytes, h.data_start + info.begin, f"{src.path}: {n}"))
         plans.append((src, ios, []))
     _settle_allocations(t)
+    opening.wait()
     _read_all(plans)
     return result
 
@@ -763,6 +796,7 @@ def load_sharded(filename: PathLike, device: Any, split: SplitRule, *, rank: Opt
     rank, world_size, dist = _ranks(rank, world_size, process_group, replicated)
     rule = _split_rule(split)
     t = _target(framework, device)
+    opening = _SessionOpening()
     result: Dict[str, Any] = {}
     plans, to_broadcast = [], []
     for src in _sources(filename):
@@ -787,6 +821,7 @@ def load_sharded(filename: PathLike, device: Any, split: SplitRule, *, rank: Opt
             scatters.extend(scattered)
         plans.append((src, ios, scatters))
     _settle_allocations(t)
+    opening.wait()
     _read_all(plans)
     if to_broadcast:
         src_rank = dist.get_global_rank(process_group, 0) if process_group is not None else 0
@@ -828,6 +863,7 @@ def load_into(tensors: Mapping[str, Any], filename: PathLike, *, strict: bool = 
     if split is not None:
         my_rank, parts, _ = _ranks(rank, world_size, process_group, "read")
         rule = _split_rule(split)
+    opening = _SessionOpening()
     sources = _sources(filename)
     in_checkpoint = {n for src in sources for n in src.names}
     missing = [n for n in tensors if n not in in_checkpoint]
@@ -862,6 +898,7 @@ def load_into(tensors: Mapping[str, Any], filename: PathLike, *, strict: bool = 
         plans.append((src, ios, scatters))
     filled.check_overlaps()
     _settle_sources(filled.objects)
+    opening.wait()
     _read_all(plans)
     return LoadResult(missing, unexpected)
 

@@ -645,6 +645,16 @@ NB_MODULE(_gpufile, m) {
     if (e && e.code != Errc::driver_not_open) raise(e, "driver close");
   });
   m.def("driver_is_open", [] { return Runtime::instance().is_open(); });
+  // Opens the session as a file's first IO would, without the GIL, for a loader to run on a
+  // thread of its own while it parses headers and allocates (gpufile.safetensors).
+  m.def("_open_session", [] {
+    Error e;
+    {
+      nb::gil_scoped_release unlocked;
+      e = Runtime::instance().ensure_open();
+    }
+    if (e) raise(e, "driver open");
+  });
   m.def("engine", [] {
     if (Error e = Runtime::instance().ensure_open()) raise(e, "driver open");
     return Runtime::instance().engine_name();

@@ -51,6 +51,36 @@ def test_loads_what_safetensors_writes(tmp_path, rng):
     assert gst.read_header(tmp_path / "m.safetensors").metadata == {"format": "np"}
 
 
+FRESH_LOAD = """
+import sys, gpufile
+from gpufile import safetensors as gst
+if sys.argv[2] == "refuse":  # a session that cannot open: compat mode forbidden
+    gpufile.set_setting("properties.allow_compat_mode", False)
+assert not gpufile.driver_is_open()
+try:
+    framework = "numpy" if sys.argv[3] == "cpu" else "dlpack"
+    tensors = gst.load_file(sys.argv[1], device=sys.argv[3], framework=framework)
+except gpufile.Error as e:
+    print("ERROR", e)
+else:
+    print("LOADED", len(tensors), gpufile.driver_is_open())
+"""
+
+
+@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda:0", marks=needs_gpu_driver)])
+def test_a_first_load_opens_the_session_meanwhile_and_reports_its_failure(tmp_path, rng, device):
+    # In a fresh process the loader opens gpufile's session on a thread of its own while it
+    # parses the header and allocates; the load ends with the session open, and a session that
+    # cannot open fails the load with gpufile's error (no hang, nothing reported read).
+    want = sample(rng)
+    st_save(want, str(tmp_path / "m.safetensors"))
+    for mode, expect in (("open", "LOADED 12 True"), ("refuse", "ERROR")):
+        run = subprocess.run([sys.executable, "-c", FRESH_LOAD, str(tmp_path / "m.safetensors"), mode, device],
+                             capture_output=True, text=True, timeout=120)
+        assert run.returncode == 0, run.stderr
+        assert run.stdout.startswith(expect), (mode, run.stdout, run.stderr)
+
+
 def test_writes_what_safetensors_loads_byte_for_byte(tmp_path, rng):
     t = sample(rng)
     gst.save_file(t, tmp_path / "g.safetensors")
