@@ -158,6 +158,9 @@ int explain(int pid, const stats::ReadResult& r) {
       std::fprintf(stderr,
                    "gpufile stats: process %d publishes no gpufile stats (not a gpufile process, "
                    "or its stats level is 0: set profile.cufile_stats to 1-3)\n", pid);
+      if (r.removed)
+        std::fprintf(stderr, "gpufile stats: removed %d stale stats segment(s) an earlier "
+                     "process %d left\n", r.removed, pid);
       break;
     case stats::ReadStatus::not_running:
       std::fprintf(stderr, "gpufile stats: no process %d", pid);
@@ -204,8 +207,11 @@ int stats_pid(int argc, char** argv) {
     r = stats::read_published(o.pid);
     if (r.status == stats::ReadStatus::not_running ||
         r.status == stats::ReadStatus::no_segment) {
+      // A process that has exited but was not reaped yet still exists, without its segment.
       std::fprintf(stderr, "gpufile stats: process %d %s\n", o.pid,
-                   r.status == stats::ReadStatus::not_running ? "exited" : "turned its stats off");
+                   r.status == stats::ReadStatus::not_running
+                       ? "exited"
+                       : "stopped publishing (its stats went off, or it exited)");
       return 0;
     }
     if (r.status != stats::ReadStatus::ok) return explain(o.pid, r);

@@ -1,5 +1,6 @@
 #include "core/stats_export.hpp"
 
+#include <fcntl.h>
 #include <pthread.h>
 #include <unistd.h>
 
@@ -27,6 +28,7 @@ struct Header {
   uint32_t version;
   uint64_t snapshot_size;
   int64_t pid;
+  uint64_t start_ticks;  // process_start_ticks(pid) of the publisher
   std::atomic<uint64_t> sequence;  // odd while the publisher writes
   uint64_t published_unix_ns;
 };
@@ -60,6 +62,28 @@ uint64_t unix_now_ns() {
                                    .count());
 }
 
+// When process `pid` started, in clock ticks since boot (/proc/PID/stat, field 22): with the
+// pid it names one process, where the pid alone may name a later one. 0 if unknown.
+uint64_t process_start_ticks(int pid) {
+  const std::string path = "/proc/" + std::to_string(pid) + "/stat";
+  const int fd = sys::os().open(path.c_str(), O_RDONLY, 0);
+  if (fd < 0) return 0;
+  char text[1024];
+  const ssize_t n = sys::os().pread(fd, text, sizeof text - 1, 0);
+  sys::os().close(fd);
+  if (n <= 0) return 0;
+  text[n] = '\0';
+  // The command name (field 2) may hold spaces and parentheses: count from its last ')'.
+  const char* at = std::strrchr(text, ')');
+  for (int field = 2; at && field < 22; ++field) at = std::strchr(at + 1, ' ');
+  return at ? std::strtoull(at + 1, nullptr, 10) : 0;
+}
+
+// A segment left by an earlier process that had the same pid.
+bool stale_for(const Segment& seg, uint64_t start_ticks) {
+  return seg.header.start_ticks != start_ticks;
+}
+
 void publish_loop(Publisher* p) {
   std::unique_lock lock(p->wake_lock);
   while (!p->stopping) {
@@ -71,21 +95,38 @@ void publish_loop(Publisher* p) {
   }
 }
 
+// Removes segment `name` if an earlier process with the same pid left it.
+bool remove_if_stale(const std::string& name, uint64_t start_ticks) {
+  size_t size = 0;
+  void* mem = nullptr;
+  if (sys::os().shm_map_read(name.c_str(), &size, &mem) != 0) return false;
+  const auto& seg = *static_cast<const Segment*>(mem);
+  const bool stale = size >= sizeof(Segment) && seg.header.magic == kMagic && stale_for(seg, start_ticks);
+  sys::os().unmap(mem, size);
+  return stale && sys::os().shm_remove(name.c_str()) == 0;
+}
+
 // Makes the segment under the first free name: a second runtime in this process (the HDF5
 // plugin's) takes the next index.
 bool create_segment(Publisher& p) {
   const int pid = static_cast<int>(::getpid());
+  const uint64_t start_ticks = process_start_ticks(pid);
   for (int index = 0; index < kMaxSegmentsPerProcess; ++index) {
     const std::string name = segment_name(pid, index);
     void* mem = nullptr;
-    const int r = sys::os().shm_create(name.c_str(), sizeof(Segment), &mem);
-    if (r == -EEXIST) continue;
+    int r = sys::os().shm_create(name.c_str(), sizeof(Segment), &mem);
+    if (r == -EEXIST && remove_if_stale(name, start_ticks)) {
+      r = sys::os().shm_create(name.c_str(), sizeof(Segment), &mem);
+    }
+    if (r == -EEXIST) continue;  // another runtime of this process publishes under this name
     if (r < 0) return false;  // no /dev/shm: stats still work in this process
     auto* seg = static_cast<Segment*>(mem);
-    seg->header.magic = kMagic;
     seg->header.version = kVersion;
     seg->header.snapshot_size = sizeof(Snapshot);
     seg->header.pid = pid;
+    seg->header.start_ticks = start_ticks;
+    std::atomic_thread_fence(std::memory_order_release);
+    seg->header.magic = kMagic;  // last: a reader skips a segment without it (not ready yet)
     std::lock_guard lock(p.write_lock);
     p.segment = seg;
     p.name = name;
@@ -251,6 +292,7 @@ ReadResult read_published(int pid) {
     result.error = -exists;
     return result;
   }
+  const uint64_t start_ticks = exists ? process_start_ticks(pid) : 0;
   for (int index = 0; index < kMaxSegmentsPerProcess; ++index) {
     const std::string name = segment_name(pid, index);
     if (!exists) {  // the process is gone: what it left is stale
@@ -266,6 +308,16 @@ ReadResult read_published(int pid) {
       return result;
     }
     const auto& seg = *static_cast<const Segment*>(mem);
+    if (size >= sizeof(seg.header.magic) && seg.header.magic == 0) {  // being made right now
+      sys::os().unmap(mem, size);
+      continue;
+    }
+    std::atomic_thread_fence(std::memory_order_acquire);
+    if (size >= sizeof(Segment) && seg.header.magic == kMagic && stale_for(seg, start_ticks)) {
+      sys::os().unmap(mem, size);  // left by an earlier process with this pid
+      if (sys::os().shm_remove(name.c_str()) == 0) ++result.removed;
+      continue;
+    }
     Snapshot s;
     uint64_t published = 0;
     const bool ok = size >= sizeof(Segment) && seg.header.magic == kMagic &&

@@ -1,13 +1,14 @@
 """`gpufile stats PID` end to end: tests/cli/stats_pid_process.cpp (a gpufile program with stats
 level 3) does IO and prints its own statistics; the CLI, reading the process's shared-memory
 segment, must show the same numbers. Then: the segment goes when stats go off and when the
-process exits; one left by a process that died is removed by the reader; a process with stats
-off publishes nothing.
+process exits; one left by a process that died, or by an earlier process with the same pid, is
+removed by the reader; a process with stats off publishes nothing.
 
 Usage: stats_pid_test.py GPUFILE_CLI STATS_PID_PROCESS
 """
 import json
 import os
+import struct
 import subprocess
 import sys
 import tempfile
@@ -108,6 +109,23 @@ def main():
         assert not os.path.exists(segment(proc.pid)), "the stale segment is still there"
         r = cli(proc.pid, "--once")
         assert r.returncode == 1 and "removed" not in r.stderr, r.stderr
+
+    # A segment naming a live process but left by an earlier one with the same pid (its start
+    # time differs): the reader removes it rather than show its numbers.
+    sleeper = subprocess.Popen(["sleep", "60"])
+    try:
+        header = struct.pack("<IIQqQQQ", 0x54534647, 1, 0, sleeper.pid, 1, 0, 0)
+        with open(segment(sleeper.pid), "wb") as f:
+            f.write(header + bytes(1 << 16))
+        r = cli(sleeper.pid, "--once")
+        assert r.returncode == 1 and "publishes no gpufile stats" in r.stderr, r
+        assert "removed 1 stale" in r.stderr, r.stderr
+        assert not os.path.exists(segment(sleeper.pid))
+    finally:
+        sleeper.kill()
+        sleeper.wait()
+        if os.path.exists(segment(sleeper.pid)):
+            os.unlink(segment(sleeper.pid))
     print("stats_pid: ok")
 
 
