@@ -45,6 +45,7 @@ struct Publisher {
   std::string name;
   int owner_pid = 0;
   std::thread* thread = nullptr;  // on the heap: a forked child forgets it without destroying it
+  std::thread* forgotten = nullptr;  // that object, in the child (kept reachable: not a leak)
   std::mutex wake_lock;
   std::condition_variable wake;
   bool stopping = false;  // guarded by wake_lock
@@ -175,7 +176,9 @@ void after_fork_in_parent() {
 }
 void after_fork_in_child() {
   Publisher& p = publisher();
-  p.thread = nullptr;  // that thread does not exist here; its object is left as it is
+  // That thread does not exist here: its object can be neither joined nor destroyed.
+  if (p.thread) p.forgotten = p.thread;
+  p.thread = nullptr;
   if (p.segment) sys::os().unmap(p.segment, sizeof(Segment));
   p.segment = nullptr;
   p.name.clear();

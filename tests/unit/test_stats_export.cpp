@@ -1,10 +1,12 @@
 // core/stats_export: the segment `gpufile stats PID` reads, from inside the publishing process
 // (tests/cli/stats_pid_test.py reads it from another one).
 #include <gtest/gtest.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cerrno>
 #include <chrono>
+#include <cstdlib>
 #include <filesystem>
 #include <thread>
 
@@ -90,6 +92,27 @@ TEST_F(StatsExportTest, LevelZeroAndStopRemoveTheSegment) {
   ASSERT_TRUE(set_level(0));
   EXPECT_FALSE(segment_exists());
   EXPECT_EQ(read_published(kPid).status, ReadStatus::no_segment);
+}
+
+// fork(): the child publishes nothing of its own until its level is set again, and neither its
+// stats going off nor its exit handlers touch its parent's segment.
+TEST_F(StatsExportTest, AForkedChildLeavesItsParentsSegmentAlone) {
+  ASSERT_TRUE(set_level(1));
+  const pid_t child = ::fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    int failures = 0;
+    if (read_published(static_cast<int>(::getpid())).status != ReadStatus::no_segment) failures |= 1;
+    set_level(0);
+    if (!segment_exists()) failures |= 2;
+    std::exit(failures);  // runs the exit handlers
+  }
+  int status = 0;
+  ASSERT_EQ(::waitpid(child, &status, 0), child);
+  ASSERT_TRUE(WIFEXITED(status));
+  EXPECT_EQ(WEXITSTATUS(status), 0) << "1: the child published, 2: it removed the parent's segment";
+  EXPECT_TRUE(segment_exists());
+  EXPECT_EQ(read_published(kPid).status, ReadStatus::ok);
 }
 
 // No shared memory (a container without /dev/shm): stats work in the process all the same.
