@@ -29,7 +29,7 @@ fi
 # pip wheel builds in an isolated environment; the CMake build directory is pyproject.toml's
 # build-dir (build/python/<tag>), kept between runs, so a second build recompiles only what changed.
 rm -rf build/wheel/raw
-"$tools/bin/python" -m pip wheel --no-deps -q -w build/wheel/raw .
+"$tools/bin/python" -m pip wheel --no-deps -q -w build/wheel/raw . >&2
 raw=(build/wheel/raw/gpufile-*.whl)
 mkdir -p dist
 rm -f dist/gpufile-*.whl
