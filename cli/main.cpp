@@ -42,6 +42,9 @@ void usage(FILE* f) {
       "        byte, write it back, and report GiB/s and the path the bytes took\n"
       "  check FILE\n"
       "        which path reads of FILE would take, and why\n"
+      "  stats PID [--once] [--json] [--interval SECONDS]\n"
+      "        the live IO counters of gpufile process PID (its stats level 1 or more),\n"
+      "        refreshed every second\n"
       "  version\n",
       f);
 }
@@ -57,6 +60,7 @@ int main(int argc, char** argv) {
   if (cmd == "demo") return gpufile::cli::demo(argc - 1, argv + 1);
   if (cmd == "check") return gpufile::cli::check(argc - 1, argv + 1);
   if (cmd == "bench") return gpufile::cli::bench(argc - 1, argv + 1);
+  if (cmd == "stats") return gpufile::cli::stats_pid(argc - 1, argv + 1);
   if (cmd == "version" || cmd == "--version") {
     std::printf("gpufile 0.1.0 (cuFile API 1.15)\n");
     return 0;

@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
-# Builds gpufile and runs every test: the normal build, the Python package (pip install . into a
-# virtual environment, then pytest), then the C++ suite again under AddressSanitizer +
-# UndefinedBehaviorSanitizer, and under ThreadSanitizer; and fuzzes the parsers for a bounded
-# time. Without a GPU, tests run the real code path against the CUDA driver test double
-# (tests/support/fakecuda). Exit status 0 only if all pass.
+# Builds gpufile and runs every test: the normal build, the Python package (its manylinux wheel,
+# scripts/build-wheel.sh, installed into a fresh virtual environment, then pytest), then the C++
+# suite again under AddressSanitizer + UndefinedBehaviorSanitizer, and under ThreadSanitizer; and
+# fuzzes the parsers for a bounded time. Without a GPU, tests run the real code path against the
+# CUDA driver test double (tests/support/fakecuda). Exit status 0 only if all pass.
 #   GPUFILE_TEST_SANITIZERS=0  skips the sanitizer passes.
 #   GPUFILE_TEST_FUZZ=0        skips the fuzz step; GPUFILE_FUZZ_SECONDS=N fuzzes each target N s.
 #   GPUFILE_TEST_NO_S3=1       skips the S3 tests (no versitygw is built).
@@ -38,10 +38,13 @@ run_suite() {  # name, build dir, extra cmake args...
 
 run_suite default build/test -DCMAKE_BUILD_TYPE=RelWithDebInfo
 
-# The Python package as users get it: `pip install .` into a fresh virtual environment (the
-# extension is built by scikit-build-core + nanobind from PyPI), then pytest against the CUDA
-# driver test double built above.
-echo "== gpufile tests: python"
+# The Python package as users get it: its manylinux wheel (scripts/build-wheel.sh: the extension
+# built by scikit-build-core + nanobind from PyPI, checked and tagged by auditwheel) installed into
+# a fresh virtual environment that has no build tools, then pytest against the CUDA driver test
+# double built above. The tests import the installed package, never the source tree: conftest.py
+# fails the run if gpufile comes from anywhere but GPUFILE_TEST_PACKAGE_DIR.
+echo "== gpufile tests: python (wheel)"
+wheel=$(scripts/build-wheel.sh | tail -n 1)
 if [ -n "${versitygw_build:-}" ]; then
   wait_status=0
   wait "$versitygw_build" || wait_status=$?
@@ -57,7 +60,9 @@ fi
 rm -rf build/venv
 python3 -m venv build/venv
 build/venv/bin/python -m pip install -q --upgrade pip
-build/venv/bin/python -m pip install -q ".[test]"
+build/venv/bin/python -m pip install -q "$wheel[test]"
+GPUFILE_TEST_PACKAGE_DIR=$(build/venv/bin/python -c 'import sysconfig; print(sysconfig.get_path("platlib"))')/gpufile
+export GPUFILE_TEST_PACKAGE_DIR
 GPUFILE_CUDA_LIBRARY="$PWD/build/test/tests/support/fakecuda/libcuda.so.1" \
   build/venv/bin/python -m pytest -q tests/python
 # The HDF5 driver and gpufile.hdf5.read (docs/hdf5.md) against the other HDF5 line h5py's wheels

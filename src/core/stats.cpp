@@ -1,5 +1,7 @@
 #include "core/stats.hpp"
 
+#include "core/stats_export.hpp"
+
 #include <atomic>
 #include <bit>
 #include <chrono>
@@ -63,7 +65,9 @@ constinit State g;
 constinit std::mutex g_control;  // serialises level/start/stop so `active` stays consistent
 
 void refresh_active() {
-  g.active.store(g.started.load(R) ? g.level.load(R) : 0, R);
+  const int active = g.started.load(R) ? g.level.load(R) : 0;
+  g.active.store(active, R);
+  publishing(active > 0);  // the segment `gpufile stats PID` reads lives while stats are on
 }
 
 bool on(int min_level) { return g.active.load(R) >= min_level; }
@@ -281,6 +285,7 @@ Snapshot snapshot() {
   t.completion_latency_ns = b.completion_latency_ns.load(R);
   t.first_submit_ns = b.first_submit_ns.load(R);
   t.last_complete_ns = b.last_complete_ns.load(R);
+  publish(s);  // what this process sees of itself, `gpufile stats PID` sees too
   return s;
 }
 

@@ -1,5 +1,7 @@
 // Per-process IO statistics. The data path calls record_*; the cuFile stats API
-// (src/capi/stats.cpp), `gpufile stats` and `gpufile check` read snapshot().
+// (src/capi/stats.cpp), gpufile's APIs and `gpufile check` read snapshot(). While collecting,
+// the counters are also published for other processes (`gpufile stats PID`,
+// core/stats_export.hpp); every snapshot() is published too.
 //
 // Cost: with stats off (level 0, or stopped) every record_* call except record_path is one
 // relaxed atomic load. record_path (bytes and operations per data path) is always on, because

@@ -4,7 +4,9 @@
 #include <sched.h>
 #include <liburing.h>
 #include <sys/inotify.h>
+#include <signal.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/uio.h>
 #include <unistd.h>
@@ -81,6 +83,52 @@ int Os::map_file(int fd, uint64_t off, size_t len, void** out) {
 }
 
 int Os::unmap(void* addr, size_t len) { return neg_errno_or(::munmap(addr, len)); }
+
+int Os::shm_create(const char* name, size_t size, void** out) {
+  // Owner-only: the counters say which files a process reads; a reader runs as the same user.
+  const int fd = ::shm_open(name, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+  if (fd < 0) return -errno;
+  int r = restart_on_eintr([&] { return ::ftruncate(fd, static_cast<off_t>(size)); }) == 0 ? 0 : -errno;
+  void* p = MAP_FAILED;
+  if (r == 0) {
+    p = ::mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    if (p == MAP_FAILED) r = -errno;
+  }
+  ::close(fd);
+  if (r != 0) {
+    ::shm_unlink(name);
+    return r;
+  }
+  *out = p;
+  return 0;
+}
+
+int Os::shm_map_read(const char* name, size_t* size, void** out) {
+  const int fd = ::shm_open(name, O_RDONLY | O_CLOEXEC, 0);
+  if (fd < 0) return -errno;
+  struct stat st {};
+  int r = ::fstat(fd, &st) == 0 ? 0 : -errno;
+  void* p = MAP_FAILED;
+  if (r == 0 && st.st_size > 0) {
+    p = ::mmap(nullptr, static_cast<size_t>(st.st_size), PROT_READ, MAP_SHARED, fd, 0);
+    if (p == MAP_FAILED) r = -errno;
+  } else if (r == 0) {
+    r = -ENODATA;  // created, not yet sized
+  }
+  ::close(fd);
+  if (r != 0) return r;
+  *size = static_cast<size_t>(st.st_size);
+  *out = p;
+  return 0;
+}
+
+int Os::shm_remove(const char* name) { return neg_errno_or(::shm_unlink(name)); }
+
+int Os::process_exists(int pid) {
+  if (::kill(pid, 0) == 0) return 1;
+  if (errno == ESRCH) return 0;
+  return errno == EPERM ? 1 : -errno;
+}
 
 FdPath fd_path(int fd) {
   FdPath p;

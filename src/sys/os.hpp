@@ -71,6 +71,17 @@ class Os {
   // The NUMA node of the page at `addr` (get_mempolicy MPOL_F_NODE | MPOL_F_ADDR), or -errno.
   virtual int node_of_page(const void* addr);
 
+  // POSIX shared memory (shm_open; `name` is "/name"), for the live stats `gpufile stats PID`
+  // reads (src/core/stats_export.hpp). shm_create makes a new segment of `size` bytes, zeroed,
+  // mapped read-write into `*out` (-EEXIST when one of that name exists); shm_map_read maps an
+  // existing one read-only, its size into `*size`; shm_remove unlinks the name. unmap undoes
+  // either mapping.
+  virtual int shm_create(const char* name, size_t size, void** out);
+  virtual int shm_map_read(const char* name, size_t* size, void** out);
+  virtual int shm_remove(const char* name);
+  // Whether process `pid` exists (kill(pid, 0)): 1, 0, or -errno (EPERM counts as existing).
+  virtual int process_exists(int pid);
+
   // io_uring set-up; the ring itself is driven through liburing by src/io/uring_engine.cpp.
   virtual int uring_init(unsigned entries, io_uring* ring, unsigned flags);
   // Every completion result the uring engine consumes passes through here first.

@@ -11,6 +11,14 @@ import pytest
 
 import gpufile
 
+# scripts/test.sh runs these tests against the installed wheel and names the folder the package
+# must come from: a gpufile imported from the source tree would test something users never get.
+_package_dir = os.environ.get("GPUFILE_TEST_PACKAGE_DIR")
+if _package_dir and (os.path.dirname(os.path.realpath(gpufile.__file__))
+                     != os.path.realpath(_package_dir)):
+    raise pytest.UsageError(f"gpufile was imported from {gpufile.__file__}, "
+                            f"not from GPUFILE_TEST_PACKAGE_DIR={_package_dir}")
+
 
 @pytest.fixture
 def rng():

@@ -1,0 +1,132 @@
+"""`gpufile stats PID` end to end: tests/cli/stats_pid_process.cpp (a gpufile program with stats
+level 3) does IO and prints its own statistics; the CLI, reading the process's shared-memory
+segment, must show the same numbers. Then: the segment goes when stats go off and when the
+process exits; one left by a process that died, or by an earlier process with the same pid, is
+removed by the reader; a process with stats off publishes nothing.
+
+Usage: stats_pid_test.py GPUFILE_CLI STATS_PID_PROCESS
+"""
+import json
+import os
+import struct
+import subprocess
+import sys
+import tempfile
+
+CLI, PROCESS = sys.argv[1], sys.argv[2]
+TIMEOUT = 60
+
+
+def segment(pid):
+    return f"/dev/shm/gpufile-stats-{pid}"
+
+
+def cli(*args):
+    return subprocess.run([CLI, "stats", *map(str, args)], capture_output=True, text=True,
+                          timeout=TIMEOUT)
+
+
+class Process:
+    def __init__(self, path):
+        self.p = subprocess.Popen([PROCESS, path], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                  text=True)
+        self.stats = json.loads(self.p.stdout.readline())
+        self.pid = self.p.pid
+
+    def command(self, line):
+        self.p.stdin.write(line + "\n")
+        self.p.stdin.flush()
+        if line in ("exit", "die"):
+            assert self.p.wait(timeout=TIMEOUT) == 0
+            return None
+        self.stats = json.loads(self.p.stdout.readline())
+        return self.stats
+
+
+def check_same(own, shown):
+    """The CLI's numbers are the process's own."""
+    assert shown["pid"] == own["pid"] and shown["level"] == own["level"], (own, shown)
+    for op in ("read", "write"):
+        for key in ("calls_ok", "calls_failed", "bytes", "caller_bytes", "worker_bytes"):
+            assert shown[op][key] == own[op][key], (op, key, own[op], shown[op])
+        assert shown[op]["paths"] == own[op]["paths"], (op, own[op]["paths"], shown[op]["paths"])
+
+
+def main():
+    with tempfile.TemporaryDirectory() as tmp:
+        path = os.path.join(tmp, "data.bin")
+        with open(path, "wb") as f:
+            f.write(os.urandom(5 << 20))
+
+        # Counters while the process runs, twice: they follow its IO.
+        proc = Process(path)
+        assert os.path.exists(segment(proc.pid)), "no segment while stats are on"
+        for round_ in (1, 2):
+            own = proc.command("io")
+            assert own["read"]["bytes"] == round_ * (5 << 20), own
+            assert own["write"]["bytes"] == round_ * (5 << 20), own
+            r = cli(proc.pid, "--once", "--json")
+            assert r.returncode == 0, r.stderr
+            shown = json.loads(r.stdout)
+            check_same(own, shown)
+            # Level 3 fills the size histogram: 4K, 16K, 64K, 256K and 1M reads, one 5M write.
+            assert sum(shown["read"]["size_hist"]) == own["read"]["calls_ok"], shown["read"]
+            assert sum(1 for n in shown["read"]["size_hist"] if n) >= 4, shown["read"]["size_hist"]
+        text = cli(proc.pid, "--once")
+        assert text.returncode == 0, text.stderr
+        assert f"pid {proc.pid}, level 3" in text.stdout, text.stdout
+        assert "read" in text.stdout and "paths:" in text.stdout, text.stdout
+
+        # Live: a line a refresh, until the process exits; then the segment is gone.
+        live = subprocess.Popen([CLI, "stats", str(proc.pid), "--json", "--interval", "0.1"],
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        first = json.loads(live.stdout.readline())
+        check_same(proc.stats, first)
+        proc.command("exit")
+        out, err = live.communicate(timeout=TIMEOUT)
+        assert live.returncode == 0 and "exited" in err, (live.returncode, err)
+        assert not os.path.exists(segment(proc.pid)), "the segment outlived its process"
+
+        # Stats turned off at run time: the segment goes, the CLI says why there is nothing.
+        proc = Process(path)
+        proc.command("io")
+        own = proc.command("off")
+        assert own["level"] == 0
+        assert not os.path.exists(segment(proc.pid)), "the segment outlived stats"
+        r = cli(proc.pid, "--once")
+        assert r.returncode == 1 and "publishes no gpufile stats" in r.stderr, r
+        proc.command("exit")
+
+        # A process that dies without its exit handlers leaves its segment: the reader finds
+        # the process gone and removes it.
+        proc = Process(path)
+        proc.command("io")
+        proc.command("die")
+        assert os.path.exists(segment(proc.pid)), "the killed process left no segment to clean"
+        r = cli(proc.pid, "--once")
+        assert r.returncode == 1, r
+        assert f"no process {proc.pid}" in r.stderr and "removed 1 stale" in r.stderr, r.stderr
+        assert not os.path.exists(segment(proc.pid)), "the stale segment is still there"
+        r = cli(proc.pid, "--once")
+        assert r.returncode == 1 and "removed" not in r.stderr, r.stderr
+
+    # A segment naming a live process but left by an earlier one with the same pid (its start
+    # time differs): the reader removes it rather than show its numbers.
+    sleeper = subprocess.Popen(["sleep", "60"])
+    try:
+        header = struct.pack("<IIQqQQQ", 0x54534647, 1, 0, sleeper.pid, 1, 0, 0)
+        with open(segment(sleeper.pid), "wb") as f:
+            f.write(header + bytes(1 << 16))
+        r = cli(sleeper.pid, "--once")
+        assert r.returncode == 1 and "publishes no gpufile stats" in r.stderr, r
+        assert "removed 1 stale" in r.stderr, r.stderr
+        assert not os.path.exists(segment(sleeper.pid))
+    finally:
+        sleeper.kill()
+        sleeper.wait()
+        if os.path.exists(segment(sleeper.pid)):
+            os.unlink(segment(sleeper.pid))
+    print("stats_pid: ok")
+
+
+main()

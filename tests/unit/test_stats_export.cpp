@@ -1,0 +1,140 @@
+// core/stats_export: the segment `gpufile stats PID` reads, from inside the publishing process
+// (tests/cli/stats_pid_test.py reads it from another one).
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <chrono>
+#include <filesystem>
+#include <thread>
+
+#include "core/stats.hpp"
+#include "core/stats_export.hpp"
+#include "sys/os.hpp"
+
+namespace gpufile::stats {
+namespace {
+
+constexpr int kRead = static_cast<int>(Op::read);
+const int kPid = static_cast<int>(::getpid());
+
+bool segment_exists() {
+  return std::filesystem::exists("/dev/shm" + segment_name(kPid, 0));
+}
+
+class StatsExportTest : public ::testing::Test {
+ protected:
+  void SetUp() override { restore(); }
+  void TearDown() override { restore(); }
+  static void restore() {
+    sys::set_os(nullptr);
+    set_level(0);
+    start();
+    reset();
+  }
+};
+
+TEST_F(StatsExportTest, NoSegmentWhileStatsAreOff) {
+  EXPECT_FALSE(segment_exists());
+  EXPECT_EQ(read_published(kPid).status, ReadStatus::no_segment);
+}
+
+TEST_F(StatsExportTest, AReaderSeesWhatTheProcessSawOfItself) {
+  ASSERT_TRUE(set_level(2));
+  ASSERT_TRUE(segment_exists());
+  record_call(Op::read, 8192, 5000, true);
+  record_call(Op::read, 1 << 20, 9000, true);
+  record_call(Op::read, 4096, 0, false);
+  record_path(Op::read, Path::page_cache, 8192 + (1 << 20));
+  record_runners(Op::read, 8192, 1 << 20);
+  const Snapshot own = snapshot();
+  const ReadResult r = read_published(kPid);
+  ASSERT_EQ(r.status, ReadStatus::ok);
+  EXPECT_EQ(r.segments, 1);
+  EXPECT_GT(r.published_unix_ns, 0u);
+  const OpTotals& seen = r.snapshot.ops[kRead];
+  EXPECT_EQ(r.snapshot.level, 2);
+  EXPECT_EQ(seen.calls.ok, 2u);
+  EXPECT_EQ(seen.calls.err, 1u);
+  EXPECT_EQ(seen.bytes, own.ops[kRead].bytes);
+  EXPECT_EQ(seen.latency_ns, 14000u);
+  EXPECT_EQ(seen.size_hist[size_bucket(8192)], 1u);
+  EXPECT_EQ(seen.size_hist[size_bucket(1 << 20)], 1u);
+  const int page_cache = static_cast<int>(Path::page_cache);
+  EXPECT_EQ(r.snapshot.paths[kRead][page_cache].bytes, 8192u + (1 << 20));
+  EXPECT_EQ(r.snapshot.caller_bytes[kRead], 8192u);
+  EXPECT_EQ(r.snapshot.worker_bytes[kRead], 1u << 20);
+}
+
+TEST_F(StatsExportTest, ThePublisherRefreshesWithoutASnapshotOfTheProcess) {
+  ASSERT_TRUE(set_level(1));
+  record_call(Op::read, 4096, 100, true);
+  // The thread publishes every 100 ms; allow a loaded machine far more.
+  const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+  ReadResult r;
+  do {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    r = read_published(kPid);
+  } while (r.snapshot.ops[kRead].calls.ok == 0 && std::chrono::steady_clock::now() < give_up);
+  ASSERT_EQ(r.status, ReadStatus::ok);
+  EXPECT_EQ(r.snapshot.ops[kRead].calls.ok, 1u);
+}
+
+TEST_F(StatsExportTest, LevelZeroAndStopRemoveTheSegment) {
+  ASSERT_TRUE(set_level(1));
+  EXPECT_TRUE(segment_exists());
+  stop();
+  EXPECT_FALSE(segment_exists());
+  start();
+  EXPECT_TRUE(segment_exists());
+  ASSERT_TRUE(set_level(0));
+  EXPECT_FALSE(segment_exists());
+  EXPECT_EQ(read_published(kPid).status, ReadStatus::no_segment);
+}
+
+// fork(): the child publishes nothing of its own until its level is set again, and its stats
+// going off (the same check as its exit handler's) does not touch its parent's segment.
+TEST_F(StatsExportTest, AForkedChildLeavesItsParentsSegmentAlone) {
+  ASSERT_TRUE(set_level(1));
+  const pid_t child = ::fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    int failures = 0;
+    if (read_published(static_cast<int>(::getpid())).status != ReadStatus::no_segment) failures |= 1;
+    set_level(0);
+    if (!segment_exists()) failures |= 2;
+    // _exit: LeakSanitizer's check at exit can deadlock in the child of a threaded process.
+    ::_exit(failures);
+  }
+  int status = 0;
+  ASSERT_EQ(::waitpid(child, &status, 0), child);
+  ASSERT_TRUE(WIFEXITED(status));
+  EXPECT_EQ(WEXITSTATUS(status), 0) << "1: the child published, 2: it removed the parent's segment";
+  EXPECT_TRUE(segment_exists());
+  EXPECT_EQ(read_published(kPid).status, ReadStatus::ok);
+}
+
+// No shared memory (a container without /dev/shm): stats work in the process all the same.
+class NoSharedMemory : public sys::Os {
+ public:
+  int shm_create(const char*, size_t, void**) override { return -EACCES; }
+};
+
+TEST_F(StatsExportTest, WithoutSharedMemoryStatsStillCount) {
+  NoSharedMemory os;
+  sys::set_os(&os);
+  ASSERT_TRUE(set_level(1));
+  record_call(Op::read, 4096, 100, true);
+  EXPECT_EQ(snapshot().ops[kRead].calls.ok, 1u);
+  EXPECT_FALSE(segment_exists());
+  EXPECT_EQ(read_published(kPid).status, ReadStatus::no_segment);
+}
+
+TEST(StatsExportNames, PidAndIndex) {
+  EXPECT_EQ(segment_name(42, 0), "/gpufile-stats-42");
+  EXPECT_EQ(segment_name(42, 3), "/gpufile-stats-42.3");
+}
+
+}  // namespace
+}  // namespace gpufile::stats
