@@ -6,6 +6,6 @@ set -euo pipefail
 D=$PWD/.peers/deps
 B=${1:-/tmp/gpufile-build}
 cmake -S . -B "$B" -G Ninja -DCMAKE_BUILD_TYPE=Release \
-  -DLIBURING_INCLUDE_DIR="$D/include" -DLIBURING_STATIC="$D/lib/liburing.a" \
+  -DLIBURING_INCLUDE_DIR="$D/include" -DLIBURING_LIBRARY="$D/lib/liburing.a" \
   -DNLOHMANN_JSON_INCLUDE_DIR="$D/include" -DCURL_INCLUDE_DIR="$D/include" -DGTEST_ROOT="$D" >/dev/null
 cmake --build "$B" -j "$(nproc)"

@@ -9,7 +9,7 @@ set -euo pipefail
 D=$PWD/.peers/deps
 python3 -m pip install -q --no-build-isolation --no-deps --no-compile --upgrade --target /tmp/gpufile-py \
   -Ccmake.define.LIBURING_INCLUDE_DIR="$D/include" \
-  -Ccmake.define.LIBURING_STATIC="$D/lib/liburing.a" \
+  -Ccmake.define.LIBURING_LIBRARY="$D/lib/liburing.a" \
   -Ccmake.define.NLOHMANN_JSON_INCLUDE_DIR="$D/include" \
   -Ccmake.define.CURL_INCLUDE_DIR="$D/include" \
   -Cbuild-dir=/tmp/gpufile-py-build .
