@@ -68,6 +68,26 @@ class PageCacheDma : public CapiTest {
     return first_mismatch(got.data(), want.data() + off, n);
   }
 
+  // A file of `n` seeded random bytes at `path`, and its bytes.
+  void make_file(const std::string& path, uint64_t seed, size_t n, std::vector<uint8_t>* bytes) {
+    Rng rng(seed);
+    *bytes = rng.bytes(n);
+    ASSERT_NO_FATAL_FAILURE(write_file(path, bytes->data(), bytes->size()));
+  }
+
+  // Reads the whole file `passes` times in 16 MiB calls of 4 MiB pieces; "" or what went wrong.
+  // `most` is the most registered at once beyond `registered_before`.
+  std::string read_in_passes(Handle& h, const std::vector<uint8_t>& bytes, int passes,
+                             size_t registered_before, size_t* most) {
+    for (int pass = 0; pass < passes; ++pass)
+      for (uint64_t off = 0; off < bytes.size(); off += 16 * MiB) {
+        std::string why = read_and_check(h, bytes, off, 16 * MiB, 4 * MiB);
+        if (!why.empty()) return why + " (at " + std::to_string(off) + ")";
+        *most = std::max(*most, live_registered_() - registered_before);
+      }
+    return "";
+  }
+
   static constexpr uint64_t kFileSize = 24 * MiB;
   TempDir dir_;
   std::unique_ptr<DriverSession> session_;
@@ -232,18 +252,13 @@ TEST_F(PageCacheDma, TheBudgetBoundsWhatIsRegistered) {
   open_session("64", "0");  // any window no read holds may make room
   const size_t registered_before = live_registered_();
   const std::string big = dir_.file("big.bin");
-  Rng rng(test_seed() * 13);
-  std::vector<uint8_t> bytes = rng.bytes(192 * MiB);
-  ASSERT_NO_FATAL_FAILURE(write_file(big, bytes.data(), bytes.size()));
+  std::vector<uint8_t> bytes;
+  ASSERT_NO_FATAL_FAILURE(make_file(big, test_seed() * 13, 192 * MiB, &bytes));
   Handle h(big, O_RDONLY);
   ASSERT_TRUE(h.ok());
   const uint64_t dma_before = read_bytes_by(Path::page_cache_dma);
   size_t most = 0;
-  for (int pass = 0; pass < 2; ++pass)
-    for (uint64_t off = 0; off < bytes.size(); off += 16 * MiB) {
-      ASSERT_EQ(read_and_check(h, bytes, off, 16 * MiB, 4 * MiB), "") << "at " << off;
-      most = std::max(most, live_registered_() - registered_before);
-    }
+  ASSERT_EQ(read_in_passes(h, bytes, 2, registered_before, &most), "");
   EXPECT_LE(most, 64 * MiB);
   // Each window serves only its own 64 MiB of the file: more than that copied out of windows
   // means a later window was made, in the room an earlier one left.
@@ -259,19 +274,14 @@ TEST_F(PageCacheDma, WindowsStillBeingReadAreNotChurned) {
   if (!live_registered_) GTEST_SKIP() << "needs the test double's registration counter";
   open_session("64");
   const std::string big = dir_.file("big.bin");
-  Rng rng(test_seed() * 17);
-  std::vector<uint8_t> bytes = rng.bytes(192 * MiB);
-  ASSERT_NO_FATAL_FAILURE(write_file(big, bytes.data(), bytes.size()));
+  std::vector<uint8_t> bytes;
+  ASSERT_NO_FATAL_FAILURE(make_file(big, test_seed() * 17, 192 * MiB, &bytes));
   Handle h(big, O_RDONLY);
   ASSERT_TRUE(h.ok());
   const size_t registered_before = live_registered_();
   const uint64_t dma_before = read_bytes_by(Path::page_cache_dma);
   size_t most = 0;
-  for (int pass = 0; pass < 3; ++pass)
-    for (uint64_t off = 0; off < bytes.size(); off += 16 * MiB) {
-      ASSERT_EQ(read_and_check(h, bytes, off, 16 * MiB, 4 * MiB), "") << "at " << off;
-      most = std::max(most, live_registered_() - registered_before);
-    }
+  ASSERT_EQ(read_in_passes(h, bytes, 3, registered_before, &most), "");
   const uint64_t dma = read_bytes_by(Path::page_cache_dma) - dma_before;
   EXPECT_GT(dma, 0u) << "no window was made";
   // The first pass makes none (read once); the two others read the one window's 64 MiB each.
@@ -284,9 +294,8 @@ TEST_F(PageCacheDma, AnIdleWindowMakesRoom) {
   if (!live_registered_) GTEST_SKIP() << "needs the test double's registration counter";
   open_session("64", "100");
   const std::string big = dir_.file("big.bin");
-  Rng rng(test_seed() * 19);
-  std::vector<uint8_t> bytes = rng.bytes(128 * MiB);
-  ASSERT_NO_FATAL_FAILURE(write_file(big, bytes.data(), bytes.size()));
+  std::vector<uint8_t> bytes;
+  ASSERT_NO_FATAL_FAILURE(make_file(big, test_seed() * 19, 128 * MiB, &bytes));
   Handle h(big, O_RDONLY);
   ASSERT_TRUE(h.ok());
   const size_t registered_before = live_registered_();
