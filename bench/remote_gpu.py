@@ -4,16 +4,18 @@ RemoteFile, a plain urllib GET, a hand-written loader (threads of ranged GETs in
 memory, then one copy) and, where an S3 endpoint is given, boto3; every number from one run,
 every byte checked (issue 12).
 
-    python3 bench/remote_gpu.py [--size-gib 2] [--threads 16] [--part-mib 16]
+    python3 bench/remote_gpu.py [--size-gib 2] [--threads 16] [--part-mib 16] [--repeat 1]
+                                [--serve file|memory] [--dir /tmp]
                                 [--s3 s3://BUCKET/KEY] [--json rows.json]
 
 Needs NumPy and CuPy (or bench/standin's stand-in), gpufile; KvikIO and boto3 where present.
 
 The server is tests/support/range_server.py's RangeServer (HTTP/1.1 with Range and If-Match, a
-thread per connection) on 127.0.0.1, in this process. It serves objects from memory: the object
-is a Python bytes object of --size-gib, and every ranged GET copies its slice before sending it.
-The server is Python, so its own speed bounds every case alike; the urllib-parallel row is
-close to what it can send.
+thread per connection) on 127.0.0.1, in this process. RangeServer keeps its objects in memory
+(a bytes object, each ranged GET copying its slice in Python: --serve memory); by default the
+object is written to a file in --dir, read twice so the page cache holds it, and served from
+there by sendfile (a subclass here, same replies). The server is Python either way, so its own
+speed bounds every case alike; the urllib-parallel row is close to what it can send.
 
 Cases, each in a fresh process, so that first-call costs (CUDA context, driver open, pinning,
 connections) land in the first read:
@@ -245,8 +247,8 @@ def library_settings(case):
 def worker(spec):
     """One case in this process; prints RESULT {json}."""
     if spec["case"] == "ceiling":
-        print("RESULT " + json.dumps(dict(spec, ok=True, ceiling_gib_s=pinned_ceiling(spec["size"]))),
-              flush=True)
+        ceiling = pinned_ceiling(spec["size"])
+        print("RESULT " + json.dumps(dict(spec, ok=True, ceiling_gib_s=ceiling)), flush=True)
         return
     import cupy as cp
     size = spec["size"]
@@ -310,10 +312,78 @@ def not_installed(module):
     return importlib.util.find_spec(module) is None
 
 
+def file_range_server(path, url_path):
+    """RangeServer, with `url_path` served from the file at `path` by sendfile (the page cache
+    straight to the socket, no copy in Python and no GIL held while it sends): the server's
+    ceiling then sits well above the in-memory mode's, where each GET copies its slice of a
+    bytes object. Same replies as RangeServer: HEAD with size and ETag, If-Match (412 for
+    another ETag), 206 with Content-Range for a range, 200 with the whole object without one.
+    Every other path is RangeServer's own (objects put in memory)."""
+    import re
+    from range_server import RangeServer, _FullHandler
+    etag = f'"file-{os.stat(path).st_mtime_ns}"'
+    size = os.stat(path).st_size
+
+    class Handler(_FullHandler):
+        def do_HEAD(self):
+            if self.path.split("?")[0] != url_path:
+                return super().do_HEAD()
+            self.server.record(self)
+            self.send_response(200)
+            for k, v in (("Content-Length", size), ("ETag", etag), ("Accept-Ranges", "bytes")):
+                self.send_header(k, str(v))
+            self.end_headers()
+
+        def do_GET(self):
+            if self.path.split("?")[0] != url_path:
+                return super().do_GET()
+            self.server.record(self)
+            if self.headers.get("If-Match", etag) != etag:
+                return self._reply(412, b"<Error><Code>PreconditionFailed</Code></Error>")
+            m = re.fullmatch(r"bytes=(\d+)-(\d+)", self.headers.get("Range", ""))
+            first, last = (int(m.group(1)), min(int(m.group(2)), size - 1)) if m else (0, size - 1)
+            self.send_response(206 if m else 200)
+            self.send_header("ETag", etag)
+            if m:
+                self.send_header("Content-Range", f"bytes {first}-{last}/{size}")
+            self.send_header("Content-Length", str(last + 1 - first))
+            self.end_headers()
+            self.send_file_range(first, last + 1 - first)
+
+        def send_file_range(self, offset, count):
+            with open(path, "rb") as f:
+                while count > 0:
+                    sent = os.sendfile(self.connection.fileno(), f.fileno(), offset, count)
+                    if sent == 0:
+                        raise ConnectionError(f"{path} ended at {offset}")
+                    offset, count = offset + sent, count - sent
+
+    server = RangeServer()
+    server.RequestHandlerClass = Handler
+    return server
+
+
+def start_server(args, data):
+    """The RangeServer serving the object at OBJECT_PATH: from a file in --dir (warm in the page
+    cache) or from memory (--serve memory). Returns (server, file to remove or None)."""
+    if args.serve == "memory":
+        from range_server import RangeServer
+        server = RangeServer()
+        server.put(OBJECT_PATH, data)
+        return server, None
+    path = os.path.join(args.dir, "gpufile_remote_bench.bin")
+    with open(path, "wb") as f:
+        f.write(data)
+    for _ in range(2):  # the page cache holds it from here on (the second pass settles it)
+        with open(path, "rb") as f:
+            while f.read(64 * MIB):
+                pass
+    return file_range_server(path, OBJECT_PATH), path
+
+
 def run_all(args):
     sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests",
                                     "support"))
-    from range_server import RangeServer
     size = int(args.size_gib * GIB)
     base = dict(size=size, threads=args.threads, part_mib=args.part_mib, s3=args.s3)
     rows = [run_case(dict(base, case="ceiling"), {})]
@@ -326,33 +396,40 @@ def run_all(args):
     else:
         upload_s3(args, data)
         cases += S3_CASES
-    with RangeServer() as server:
-        server.put(OBJECT_PATH, data)
-        del data  # the server keeps its own copy
-        for case, env in cases:
-            if case.startswith("kvikio") and not_installed("kvikio"):
-                skipped[case] = "kvikio not installed"
-                continue
-            if case == "boto3" and not_installed("boto3"):
-                skipped[case] = "boto3 not installed"
-                continue
-            for _ in range(args.repeat):
-                rows.append(run_case(dict(base, case=case, url=server.base + OBJECT_PATH), env))
-            print(f"  {case}: done", file=sys.stderr, flush=True)
+    server, path = start_server(args, data)
+    del data  # the server keeps its own copy, in memory or in the file
+    try:
+        with server:
+            run_cases(args, base, server, cases, rows, skipped)
+    finally:
+        if path:
+            os.unlink(path)
     for case, why in skipped.items():
         rows.append(dict(base, case=case, skipped=why, ok=True))
     return rows
 
 
+def run_cases(args, base, server, cases, rows, skipped):
+    for case, env in cases:
+        if case.startswith("kvikio") and not_installed("kvikio"):
+            skipped[case] = "kvikio not installed"
+            continue
+        for _ in range(args.repeat):
+            rows.append(run_case(dict(base, case=case, url=server.base + OBJECT_PATH), env))
+        print(f"  {case}: done", file=sys.stderr, flush=True)
+
+
 def print_table(rows, args):
     ceiling = next((r.get("ceiling_gib_s") for r in rows if r["case"] == "ceiling"), None)
-    print(f"{args.size_gib:g} GiB object over loopback HTTP (RangeServer, in memory) into GPU "
-          "memory; each case a fresh process, first and second read in it\n")
+    print(f"{args.size_gib:g} GiB object over loopback HTTP (RangeServer, from {args.serve}) into "
+          "GPU memory; each case a fresh process, first and second read in it\n")
     print("| case | settings | first read GiB/s | second read GiB/s | % of pinned H2D (first / "
           "second) | bytes checked |")
     print("|---|---|---|---|---|---|")
     order = [case for case, _ in HTTP_CASES + S3_CASES]
-    for r in sorted((r for r in rows if r["case"] != "ceiling"), key=lambda r: order.index(r["case"])):
+    cases = sorted((r for r in rows if r["case"] != "ceiling"),
+                   key=lambda r: order.index(r["case"]))
+    for r in cases:
         settings = " ".join(f"{k}={v}" for k, v in r.get("env", {}).items()) or "defaults"
         if r["case"] == "urllib-parallel":
             settings = f"{args.threads} threads x {args.part_mib} MiB"
@@ -365,7 +442,8 @@ def print_table(rows, args):
             continue
         share = "-"
         if ceiling:
-            share = f"{100 * r['first_gib_s'] / ceiling:.0f}% / {100 * r['second_gib_s'] / ceiling:.0f}%"
+            share = " / ".join(f"{100 * r[k] / ceiling:.0f}%"
+                               for k in ("first_gib_s", "second_gib_s"))
         checked = (f"2 x {r['size']} ok" if r["ok"] else
                    f"MISMATCH (first {'ok' if r['first_ok'] else 'wrong'}, "
                    f"second {'ok' if r['second_ok'] else 'wrong'})")
@@ -385,6 +463,10 @@ def main():
     ap.add_argument("--threads", type=int, default=16, help="urllib-parallel's threads")
     ap.add_argument("--part-mib", type=int, default=16, help="urllib-parallel's ranged GET size")
     ap.add_argument("--repeat", type=int, default=1, help="fresh processes per case")
+    ap.add_argument("--serve", choices=("file", "memory"), default="file",
+                    help="serve the object from a file in --dir by sendfile (default) or from "
+                         "a bytes object in memory")
+    ap.add_argument("--dir", default="/tmp", help="where the served file goes (removed after)")
     ap.add_argument("--s3", help="s3://BUCKET/KEY for the boto3 and gpufile-s3 cases (the bucket "
                                  "must exist at AWS_ENDPOINT_URL(_S3); the key is overwritten)")
     ap.add_argument("--json", help="write every row here")

@@ -38,7 +38,8 @@ class ndarray:  # noqa: N801 (CuPy's name)
 
     def fill(self, value):
         if self.nbytes:
-            self.buffer.copy_from_host(np.full(self.shape, value, self.dtype).reshape(-1).view(np.uint8))
+            host = np.full(self.shape, value, self.dtype)
+            self.buffer.copy_from_host(host.reshape(-1).view(np.uint8))
 
     def set(self, host):
         """Copies a host array of the same size in (CuPy's ndarray.set)."""
