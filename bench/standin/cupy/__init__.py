@@ -14,6 +14,7 @@ import numpy as np
 
 import gpufile
 
+uint8 = np.uint8
 uint32 = np.uint32
 
 
@@ -34,6 +35,19 @@ class ndarray:  # noqa: N801 (CuPy's name)
     def __cuda_array_interface__(self):
         return {"shape": self.shape, "typestr": self.dtype.str, "data": (self.buffer.ptr, False),
                 "strides": None, "version": 3, "stream": None}
+
+    def fill(self, value):
+        if self.nbytes:
+            host = np.full(self.shape, value, self.dtype)
+            self.buffer.copy_from_host(host.reshape(-1).view(np.uint8))
+
+    def set(self, host):
+        """Copies a host array of the same size in (CuPy's ndarray.set)."""
+        host = np.ascontiguousarray(host, dtype=self.dtype)
+        if host.nbytes != self.nbytes:
+            raise ValueError(f"set: {host.nbytes} bytes into an array of {self.nbytes}")
+        if self.nbytes:
+            self.buffer.copy_from_host(host.reshape(-1).view(np.uint8))
 
     def reshape(self, *shape):
         """A view of the same memory with another shape (-1 allowed once)."""

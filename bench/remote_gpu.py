@@ -1,0 +1,486 @@
+#!/usr/bin/env python3
+"""A remote object into GPU memory over loopback HTTP: gpufile's RemoteFile against KvikIO's
+RemoteFile, a plain urllib GET, a hand-written loader (threads of ranged GETs into pinned
+memory, then one copy) and, where an S3 endpoint is given, boto3; every number from one run,
+every byte checked (issue 12).
+
+    python3 bench/remote_gpu.py [--size-gib 2] [--threads 16] [--part-mib 16] [--repeat 1]
+                                [--serve file|memory] [--dir /tmp]
+                                [--s3 s3://BUCKET/KEY] [--json rows.json]
+
+Needs NumPy and CuPy (or bench/standin's stand-in), gpufile; KvikIO and boto3 where present.
+
+The server is tests/support/range_server.py's RangeServer (HTTP/1.1 with Range and If-Match, a
+thread per connection) on 127.0.0.1, in this process. RangeServer keeps its objects in memory
+(a bytes object, each ranged GET copying its slice in Python: --serve memory); by default the
+object is written to a file in --dir, read twice so the page cache holds it, and served from
+there by sendfile (a subclass here, same replies). The server is Python either way, so its own
+speed bounds every case alike; the urllib-parallel row is close to what it can send.
+
+Cases, each in a fresh process, so that first-call costs (CUDA context, driver open, pinning,
+connections) land in the first read:
+  ceiling          pinned host-to-device copy of the same size through CuPy, best of 5
+  gpufile          gpufile.open(url).read(device array), default settings
+  gpufile-c32-p16M the same with GPUFILE_REMOTE_CONCURRENCY=32, GPUFILE_REMOTE_PART_KB=16384
+  kvikio           kvikio.RemoteFile.open_http(url).read(device array), KvikIO's defaults
+  kvikio-t16       the same with KVIKIO_NTHREADS=16, KVIKIO_TASK_SIZE=16 MiB
+  urllib           urllib.request.urlopen(url).read(), then cupy.asarray (the naive way)
+  urllib-parallel  --threads threads, each with its own http.client connection, ranged GETs of
+                   --part-mib into one pinned host buffer (pinned at the first read, reused),
+                   then one copy to the device array: the hand-written loader
+  boto3, gpufile-s3  with --s3 and AWS_ENDPOINT_URL(_S3) set and boto3 importable: the object
+                   is uploaded there once, then get_object().read() + cupy.asarray, and
+                   gpufile.open("s3://...").read(device array)
+
+A read is open + read of the whole object + close, into a device array allocated before the
+timer starts; the second read runs in the same process into the same array, zeroed between.
+Both are checked byte for byte against the object (regenerated in the worker from its seed).
+
+Without a GPU, it runs end to end against the CUDA driver test double with the CuPy stand-in
+(no ceiling, the parallel loader's buffer pageable; timings meaningless):
+    GPUFILE_CUDA_LIBRARY=<build>/tests/support/fakecuda/libcuda.so.1 \\
+      PYTHONPATH=bench/standin:<gpufile on the path> python3 bench/remote_gpu.py --size-gib 0.05
+"""
+import argparse
+import http.client
+import io
+import json
+import os
+import subprocess
+import sys
+import threading
+import time
+import urllib.parse
+import urllib.request
+
+GIB = 1 << 30
+MIB = 1 << 20
+SEED = 12
+OBJECT_PATH = "/bench/object.bin"
+
+# (case, environment of its worker) in the table's order; the S3 cases are added with --s3.
+HTTP_CASES = [
+    ("gpufile", {}),
+    ("gpufile-c32-p16M", {"GPUFILE_REMOTE_CONCURRENCY": "32", "GPUFILE_REMOTE_PART_KB": "16384"}),
+    ("kvikio", {}),
+    ("kvikio-t16", {"KVIKIO_NTHREADS": "16", "KVIKIO_TASK_SIZE": str(16 * MIB)}),
+    ("urllib", {}),
+    ("urllib-parallel", {}),
+]
+S3_CASES = [("boto3", {}), ("gpufile-s3", {})]
+
+
+def object_bytes(size):
+    """The object's content: `size` pseudo-random bytes from SEED (NumPy, as uint8)."""
+    import numpy as np
+    words = np.random.default_rng(SEED).integers(0, 1 << 63, size=(size + 7) // 8,
+                                                 dtype=np.uint64)
+    return words.view(np.uint8)[:size]
+
+
+# ---- the worker: one case in a fresh process -------------------------------------------------
+
+def zero(dev):
+    import cupy as cp
+    dev.fill(0)
+    cp.cuda.runtime.deviceSynchronize()
+
+
+def read_gpufile(spec, dev, state):
+    import gpufile
+    with gpufile.open(spec["url"]) as f:
+        n = f.read(dev)
+    if n != spec["size"]:
+        raise RuntimeError(f"gpufile read {n} of {spec['size']} bytes")
+    return dev
+
+
+def read_kvikio(spec, dev, state):
+    import kvikio
+    with kvikio.RemoteFile.open_http(spec["url"]) as f:
+        n = f.read(dev)
+    if n != spec["size"]:
+        raise RuntimeError(f"kvikio read {n} of {spec['size']} bytes")
+    return dev
+
+
+def read_urllib(spec, dev, state):
+    """What a first try looks like: the whole body as bytes, then a new device array."""
+    import cupy as cp
+    import numpy as np
+    with urllib.request.urlopen(spec["url"]) as r:
+        body = r.read()
+    if len(body) != spec["size"]:
+        raise RuntimeError(f"urllib got {len(body)} of {spec['size']} bytes")
+    return cp.asarray(np.frombuffer(body, dtype=np.uint8))
+
+
+def pinned_host(size):
+    """A pinned host buffer of `size` bytes (CuPy); pageable NumPy memory under the stand-in."""
+    import cupy as cp
+    import numpy as np
+    if hasattr(cp.cuda, "alloc_pinned_memory"):
+        return np.frombuffer(cp.cuda.alloc_pinned_memory(size), np.uint8, size)
+    return np.empty(size, dtype=np.uint8)
+
+
+def get_range(conn, path, first, view):
+    """One ranged GET of len(view) bytes at `first` into `view`, on a kept-alive connection."""
+    last = first + len(view) - 1
+    conn.request("GET", path, headers={"Range": f"bytes={first}-{last}"})
+    r = conn.getresponse()
+    if r.status != 206 or r.getheader("Content-Range", "").split("/")[0] != f"bytes {first}-{last}":
+        raise RuntimeError(f"GET bytes={first}-{last}: {r.status} {r.getheader('Content-Range')}")
+    got = 0
+    while got < len(view):
+        n = r.readinto(view[got:])
+        if not n:
+            raise RuntimeError(f"GET bytes={first}-{last}: the body ended after {got} bytes")
+        got += n
+    if r.read(1):
+        raise RuntimeError(f"GET bytes={first}-{last}: more bytes than asked for")
+
+
+def read_parallel(spec, dev, state):
+    """The hand-written loader: threads take the next part from a shared counter, each through
+    its own connection; the parts land in one pinned buffer, then one copy to the device."""
+    import cupy as cp
+    size, part = spec["size"], spec["part_mib"] * MIB
+    if "host" not in state:
+        state["host"] = pinned_host(size)
+    host = memoryview(state["host"])
+    url = urllib.parse.urlsplit(spec["url"])
+    next_part, lock, failures = [0], threading.Lock(), []
+
+    def fetch():
+        conn = http.client.HTTPConnection(url.hostname, url.port, timeout=60)
+        try:
+            while not failures:
+                with lock:
+                    first = next_part[0]
+                    next_part[0] += part
+                if first >= size:
+                    return
+                get_range(conn, url.path, first, host[first:min(first + part, size)])
+        except Exception as e:  # noqa: BLE001 (reported by the caller)
+            failures.append(e)
+        finally:
+            conn.close()
+
+    threads = [threading.Thread(target=fetch) for _ in range(spec["threads"])]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    if failures:
+        raise failures[0]
+    dev.set(state["host"])
+    cp.cuda.runtime.deviceSynchronize()
+    return dev
+
+
+def read_boto3(spec, dev, state):
+    import boto3
+    import cupy as cp
+    import numpy as np
+    bucket, key = s3_parts(spec["s3"])
+    if "client" not in state:
+        state["client"] = boto3.client("s3")
+    body = state["client"].get_object(Bucket=bucket, Key=key)["Body"].read()
+    if len(body) != spec["size"]:
+        raise RuntimeError(f"boto3 got {len(body)} of {spec['size']} bytes")
+    return cp.asarray(np.frombuffer(body, dtype=np.uint8))
+
+
+def read_gpufile_s3(spec, dev, state):
+    return read_gpufile(dict(spec, url=spec["s3"]), dev, state)
+
+
+READERS = {"gpufile": read_gpufile, "gpufile-c32-p16M": read_gpufile, "kvikio": read_kvikio,
+           "kvikio-t16": read_kvikio, "urllib": read_urllib, "urllib-parallel": read_parallel,
+           "boto3": read_boto3, "gpufile-s3": read_gpufile_s3}
+
+
+def timed_read(spec, dev, state):
+    import cupy as cp
+    cp.cuda.runtime.deviceSynchronize()
+    t0 = time.perf_counter()
+    out = READERS[spec["case"]](spec, dev, state)
+    cp.cuda.runtime.deviceSynchronize()
+    return out, time.perf_counter() - t0
+
+
+def pinned_ceiling(size, repeat=5):
+    """Pinned host-to-device copies of `size` bytes, GiB/s, best of `repeat`; None under the
+    stand-in (it has no pinned memory)."""
+    import cupy as cp
+    if not hasattr(cp.cuda, "alloc_pinned_memory"):
+        return None
+    host = pinned_host(size)
+    host[::4096] = 1
+    dev = cp.empty(size, dtype=cp.uint8)
+    best = 0.0
+    for _ in range(repeat):
+        cp.cuda.runtime.deviceSynchronize()
+        t0 = time.perf_counter()
+        dev.set(host)
+        cp.cuda.runtime.deviceSynchronize()
+        best = max(best, size / GIB / (time.perf_counter() - t0))
+    return best
+
+
+def library_settings(case):
+    """The settings the library ran with, as it reports them: the table shows the environment,
+    this shows that it took effect."""
+    if case.startswith("gpufile"):
+        import gpufile
+        return {k: v for k, v in gpufile.settings().items() if k.startswith("gpufile.remote_")}
+    if case.startswith("kvikio"):
+        import kvikio.defaults
+        try:
+            return {k: kvikio.defaults.get(k) for k in ("num_threads", "task_size")}
+        except Exception as e:  # noqa: BLE001 (an older KvikIO: the read itself still counts)
+            return {"error": f"kvikio.defaults.get: {e}"}
+    return {}
+
+
+def worker(spec):
+    """One case in this process; prints RESULT {json}."""
+    if spec["case"] == "ceiling":
+        ceiling = pinned_ceiling(spec["size"])
+        print("RESULT " + json.dumps(dict(spec, ok=True, ceiling_gib_s=ceiling)), flush=True)
+        return
+    import cupy as cp
+    size = spec["size"]
+    expected = cp.asarray(object_bytes(size))  # on the device, made before the timer starts
+    dev = cp.empty(size, dtype=cp.uint8)
+    zero(dev)
+    state, result = {}, dict(spec, checked_bytes=0)
+    for label in ("first", "second"):
+        out, seconds = timed_read(spec, dev, state)
+        ok = bool(cp.array_equal(out, expected))
+        result[label + "_s"] = seconds
+        result[label + "_gib_s"] = size / GIB / seconds
+        result[label + "_ok"] = ok
+        result["checked_bytes"] += size if ok else 0
+        zero(dev)
+    result["ok"] = result["first_ok"] and result["second_ok"]
+    result["library_settings"] = library_settings(spec["case"])
+    print("RESULT " + json.dumps(result), flush=True)
+
+
+# ---- the parent: server, object, cases, table ------------------------------------------------
+
+def s3_parts(url):
+    u = urllib.parse.urlsplit(url)
+    return u.netloc, u.path.lstrip("/")
+
+
+def s3_skip_reason(args):
+    """Why the S3 cases do not run, or None when they do."""
+    if not args.s3:
+        return "no --s3 s3://BUCKET/KEY given"
+    if not (os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL")):
+        return "no AWS_ENDPOINT_URL_S3 / AWS_ENDPOINT_URL set"
+    try:
+        import boto3  # noqa: F401
+    except ImportError:
+        return "boto3 not installed"
+    return None
+
+
+def upload_s3(args, data):
+    """Puts the object at --s3 (boto3's managed upload: multipart for large objects)."""
+    import boto3
+    bucket, key = s3_parts(args.s3)
+    boto3.client("s3").upload_fileobj(io.BytesIO(data), bucket, key)
+
+
+def run_case(spec, env):
+    p = subprocess.run([sys.executable, os.path.abspath(__file__), "worker", json.dumps(spec)],
+                       env=dict(os.environ, **env), capture_output=True, text=True, timeout=600)
+    for line in p.stdout.splitlines():
+        if line.startswith("RESULT "):
+            return dict(json.loads(line[7:]), env=env)
+    return dict(spec, env=env, ok=False, error=(p.stdout + p.stderr).strip()[-2000:])
+
+
+def not_installed(module):
+    """True when `module` does not import in a worker's environment (checked here, where the
+    same sys.path applies)."""
+    import importlib.util
+    return importlib.util.find_spec(module) is None
+
+
+def file_range_server(path, url_path):
+    """RangeServer, with `url_path` served from the file at `path` by sendfile (the page cache
+    straight to the socket, no copy in Python and no GIL held while it sends): the server's
+    ceiling then sits well above the in-memory mode's, where each GET copies its slice of a
+    bytes object. Same replies as RangeServer: HEAD with size and ETag, If-Match (412 for
+    another ETag), 206 with Content-Range for a range, 200 with the whole object without one.
+    Every other path is RangeServer's own (objects put in memory)."""
+    import re
+    from range_server import RangeServer, _FullHandler
+    etag = f'"file-{os.stat(path).st_mtime_ns}"'
+    size = os.stat(path).st_size
+
+    class Handler(_FullHandler):
+        def do_HEAD(self):
+            if self.path.split("?")[0] != url_path:
+                return super().do_HEAD()
+            self.server.record(self)
+            self.send_response(200)
+            for k, v in (("Content-Length", size), ("ETag", etag), ("Accept-Ranges", "bytes")):
+                self.send_header(k, str(v))
+            self.end_headers()
+
+        def do_GET(self):
+            if self.path.split("?")[0] != url_path:
+                return super().do_GET()
+            self.server.record(self)
+            if self.headers.get("If-Match", etag) != etag:
+                return self._reply(412, b"<Error><Code>PreconditionFailed</Code></Error>")
+            m = re.fullmatch(r"bytes=(\d+)-(\d+)", self.headers.get("Range", ""))
+            first, last = (int(m.group(1)), min(int(m.group(2)), size - 1)) if m else (0, size - 1)
+            self.send_response(206 if m else 200)
+            self.send_header("ETag", etag)
+            if m:
+                self.send_header("Content-Range", f"bytes {first}-{last}/{size}")
+            self.send_header("Content-Length", str(last + 1 - first))
+            self.end_headers()
+            self.send_file_range(first, last + 1 - first)
+
+        def send_file_range(self, offset, count):
+            with open(path, "rb") as f:
+                while count > 0:
+                    sent = os.sendfile(self.connection.fileno(), f.fileno(), offset, count)
+                    if sent == 0:
+                        raise ConnectionError(f"{path} ended at {offset}")
+                    offset, count = offset + sent, count - sent
+
+    server = RangeServer()
+    server.RequestHandlerClass = Handler
+    return server
+
+
+def start_server(args, data):
+    """The RangeServer serving the object at OBJECT_PATH: from a file in --dir (warm in the page
+    cache) or from memory (--serve memory). Returns (server, file to remove or None)."""
+    if args.serve == "memory":
+        from range_server import RangeServer
+        server = RangeServer()
+        server.put(OBJECT_PATH, data)
+        return server, None
+    path = os.path.join(args.dir, "gpufile_remote_bench.bin")
+    with open(path, "wb") as f:
+        f.write(data)
+    for _ in range(2):  # the page cache holds it from here on (the second pass settles it)
+        with open(path, "rb") as f:
+            while f.read(64 * MIB):
+                pass
+    return file_range_server(path, OBJECT_PATH), path
+
+
+def run_all(args):
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests",
+                                    "support"))
+    size = int(args.size_gib * GIB)
+    base = dict(size=size, threads=args.threads, part_mib=args.part_mib, s3=args.s3)
+    rows = [run_case(dict(base, case="ceiling"), {})]
+    data = object_bytes(size).tobytes()
+    cases = list(HTTP_CASES)
+    skipped = {}
+    reason = s3_skip_reason(args)
+    if reason:
+        skipped.update({case: reason for case, _ in S3_CASES})
+    else:
+        upload_s3(args, data)
+        cases += S3_CASES
+    server, path = start_server(args, data)
+    del data  # the server keeps its own copy, in memory or in the file
+    try:
+        with server:
+            run_cases(args, base, server, cases, rows, skipped)
+    finally:
+        if path:
+            os.unlink(path)
+    for case, why in skipped.items():
+        rows.append(dict(base, case=case, skipped=why, ok=True))
+    return rows
+
+
+def run_cases(args, base, server, cases, rows, skipped):
+    for case, env in cases:
+        if case.startswith("kvikio") and not_installed("kvikio"):
+            skipped[case] = "kvikio not installed"
+            continue
+        for _ in range(args.repeat):
+            rows.append(run_case(dict(base, case=case, url=server.base + OBJECT_PATH), env))
+        print(f"  {case}: done", file=sys.stderr, flush=True)
+
+
+def print_table(rows, args):
+    ceiling = next((r.get("ceiling_gib_s") for r in rows if r["case"] == "ceiling"), None)
+    print(f"{args.size_gib:g} GiB object over loopback HTTP (RangeServer, from {args.serve}) into "
+          "GPU memory; each case a fresh process, first and second read in it\n")
+    print("| case | settings | first read GiB/s | second read GiB/s | % of pinned H2D (first / "
+          "second) | bytes checked |")
+    print("|---|---|---|---|---|---|")
+    order = [case for case, _ in HTTP_CASES + S3_CASES]
+    cases = sorted((r for r in rows if r["case"] != "ceiling"),
+                   key=lambda r: order.index(r["case"]))
+    for r in cases:
+        settings = " ".join(f"{k}={v}" for k, v in r.get("env", {}).items()) or "defaults"
+        if r["case"] == "urllib-parallel":
+            settings = f"{args.threads} threads x {args.part_mib} MiB"
+        if "skipped" in r:
+            print(f"| {r['case']} | - | skipped: {r['skipped']} | | | |")
+            continue
+        if "error" in r:
+            last = r["error"].splitlines()[-1] if r["error"] else "no result"
+            print(f"| {r['case']} | {settings} | FAILED: {last[:120]} | | | |")
+            continue
+        share = "-"
+        if ceiling:
+            share = " / ".join(f"{100 * r[k] / ceiling:.0f}%"
+                               for k in ("first_gib_s", "second_gib_s"))
+        checked = (f"2 x {r['size']} ok" if r["ok"] else
+                   f"MISMATCH (first {'ok' if r['first_ok'] else 'wrong'}, "
+                   f"second {'ok' if r['second_ok'] else 'wrong'})")
+        print(f"| {r['case']} | {settings} | {r['first_gib_s']:.2f} | {r['second_gib_s']:.2f} | "
+              f"{share} | {checked} |")
+    if ceiling:
+        print(f"| pinned host-to-device (CuPy, best of 5) | | {ceiling:.2f} | | 100% | |")
+    else:
+        print("| pinned host-to-device | | not measured: CuPy stand-in (no GPU) | | | |")
+
+
+def main():
+    if len(sys.argv) == 3 and sys.argv[1] == "worker":
+        return worker(json.loads(sys.argv[2]))
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--size-gib", type=float, default=2.0, help="object size (default 2)")
+    ap.add_argument("--threads", type=int, default=16, help="urllib-parallel's threads")
+    ap.add_argument("--part-mib", type=int, default=16, help="urllib-parallel's ranged GET size")
+    ap.add_argument("--repeat", type=int, default=1, help="fresh processes per case")
+    ap.add_argument("--serve", choices=("file", "memory"), default="file",
+                    help="serve the object from a file in --dir by sendfile (default) or from "
+                         "a bytes object in memory")
+    ap.add_argument("--dir", default="/tmp", help="where the served file goes (removed after)")
+    ap.add_argument("--s3", help="s3://BUCKET/KEY for the boto3 and gpufile-s3 cases (the bucket "
+                                 "must exist at AWS_ENDPOINT_URL(_S3); the key is overwritten)")
+    ap.add_argument("--json", help="write every row here")
+    args = ap.parse_args()
+    rows = run_all(args)
+    print_table(rows, args)
+    failed = [r for r in rows if not r["ok"]]
+    for r in failed:
+        print("FAILED:", json.dumps(r)[:3000])
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(rows, f, indent=1)
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
