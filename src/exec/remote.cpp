@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <chrono>
 #include <deque>
+#include <system_error>
 #include <thread>
 #include <vector>
 
@@ -118,6 +119,27 @@ class DeviceSink final : public remote::PartSink {
   remote::Failure copy_failure_;
 };
 
+// A read's bytes are received by several threads, each driving its own share of the transfers
+// in flight on a multi handle of its own: one thread receiving and copying every byte held a
+// 2 GiB read over loopback HTTP to 1.8 GiB/s on the H200 machine, where 16 threads of a
+// hand-written loader reached 13. One thread per this many transfers in flight.
+constexpr unsigned kTransfersPerLane = 2;
+
+// The read [offset, offset+n) cut into `lanes` runs of whole parts, as even as parts allow.
+std::vector<std::pair<uint64_t, uint64_t>> lane_runs(uint64_t offset, uint64_t n, uint64_t part,
+                                                     unsigned lanes) {
+  const uint64_t parts = (n + part - 1) / part;
+  std::vector<std::pair<uint64_t, uint64_t>> runs;
+  uint64_t at = 0;
+  for (unsigned k = 0; k < lanes && at < n; ++k) {
+    const uint64_t take = (parts * (k + 1) / lanes - parts * k / lanes) * part;
+    const uint64_t len = std::min(take, n - at);
+    if (len > 0) runs.emplace_back(offset + at, len);
+    at += len;
+  }
+  return runs;
+}
+
 remote::Options options_of(const Settings& s) {
   remote::Options o;
   o.part_bytes = s.remote_part_kb * 1024;
@@ -157,20 +179,41 @@ IoResult Runtime::read_remote(remote::Object& obj, void* dst, uint64_t size, uin
   cuda::MemInfo mem;
   if (Error e = cuda::classify(dst, &mem)) return {0, e};
   const remote::Options o = options_of(s->settings);
-  remote::Failure f;
-  if (!mem.needs_staging()) {
-    HostSink sink(static_cast<char*>(dst), offset);
-    f = obj.fetch(offset, n, o, sink);
-  } else {
-    const auto at = reinterpret_cast<uint64_t>(dst);
-    if (mem.range_size != 0 && at + n > mem.range_start + mem.range_size)
-      return {0, Error::of(Errc::pointer_range)};
+  const auto at = reinterpret_cast<uint64_t>(dst);
+  if (mem.needs_staging() && mem.range_size != 0 && at + n > mem.range_start + mem.range_size)
+    return {0, Error::of(Errc::pointer_range)};
+  const unsigned lanes = std::max(1u, o.concurrency / kTransfersPerLane);
+  const auto runs = lane_runs(offset, n, std::max<uint64_t>(1, o.part_bytes), lanes);
+  remote::Options lane = o;
+  lane.concurrency = std::max(1u, o.concurrency / static_cast<unsigned>(runs.size()));
+  // One lane: the bytes of [first, first+len) land at dst + (first - offset).
+  auto run_lane = [&](uint64_t first, uint64_t len) -> remote::Failure {
+    if (!mem.needs_staging()) {
+      HostSink sink(static_cast<char*>(dst), offset);
+      return obj.fetch(first, len, lane, sink);
+    }
     cuda::ScopedContext ctx(mem.context);
     DeviceSink sink(s->remote, mem, at, offset);
-    f = sink.lease(o.concurrency);
-    if (f.ok()) f = obj.fetch(offset, n, o, sink);
+    remote::Failure f = sink.lease(lane.concurrency);
+    return f.ok() ? obj.fetch(first, len, lane, sink) : f;
+  };
+  std::vector<remote::Failure> failures(runs.size());
+  {
+    // Every lane ends (its transfers done or abandoned, its copies waited for) before the call
+    // returns: nothing writes into the caller's memory after that.
+    std::vector<std::thread> threads;
+    for (size_t k = 1; k < runs.size(); ++k) {
+      try {
+        threads.emplace_back([&, k] { failures[k] = run_lane(runs[k].first, runs[k].second); });
+      } catch (const std::system_error&) {  // no thread to be had: this one runs the lane
+        failures[k] = run_lane(runs[k].first, runs[k].second);
+      }
+    }
+    failures[0] = run_lane(runs[0].first, runs[0].second);
+    for (std::thread& t : threads) t.join();
   }
-  if (!f.ok()) return fail(f.err, std::move(f.message));
+  for (remote::Failure& f : failures)
+    if (!f.ok()) return fail(f.err, std::move(f.message));
   return {n, Error::none()};
 }
 
