@@ -358,7 +358,13 @@ def file_range_server(path, url_path):
                         raise ConnectionError(f"{path} ended at {offset}")
                     offset, count = offset + sent, count - sent
 
-    server = RangeServer()
+    class Server(RangeServer):
+        # socketserver listens with a backlog of 5: a client opening 16 or more connections at
+        # once (every transfer of a part is a new connection: the handler answers HTTP/1.0)
+        # would see some of its connects dropped and retried a second later.
+        request_queue_size = 1024
+
+    server = Server()
     server.RequestHandlerClass = Handler
     return server
 

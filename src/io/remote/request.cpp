@@ -173,7 +173,10 @@ void Request::apply(CURL* e, const Options& o, Response* r) const {
   c.easy_setopt(e, CURLOPT_URL, http_url.c_str());
   c.easy_setopt(e, CURLOPT_NOSIGNAL, 1L);
   c.easy_setopt(e, CURLOPT_HTTP_VERSION, static_cast<long>(CURL_HTTP_VERSION_2TLS));
-  c.easy_setopt(e, CURLOPT_PIPEWAIT, 1L);  // HTTP/2: wait to share a connection rather than open more
+  // HTTP/2 (offered over TLS only, CURL_HTTP_VERSION_2TLS): wait to share a connection rather
+  // than open more. Plain http:// is HTTP/1.1, one transfer per connection: no waiting there.
+  const bool tls = http_url.compare(0, 8, "https://") == 0;
+  c.easy_setopt(e, CURLOPT_PIPEWAIT, tls ? 1L : 0L);
   // Body bytes arrive in pieces of at most this much: fewer receive calls and callbacks per
   // part than libcurl's 16 KiB (512 KiB is the largest every libcurl since 7.53 takes).
   c.easy_setopt(e, CURLOPT_BUFFERSIZE, 512L * 1024);
