@@ -120,9 +120,10 @@ class DeviceSink final : public remote::PartSink {
 };
 
 // A read's bytes are received by several threads, each driving its own share of the transfers
-// in flight on a multi handle of its own: one thread receiving and copying every byte held a
-// 2 GiB read over loopback HTTP to 1.8 GiB/s on the H200 machine, where 16 threads of a
-// hand-written loader reached 13. One thread per this many transfers in flight.
+// in flight on a multi handle of its own, so that receiving and copying grow with the transfers:
+// one transfer over loopback HTTP ran at 2.5-3.3 GiB/s on the H200 machine, 16 in flight on 8
+// threads at 13.5-14.4 (docs/performance.md; one thread driving all 16 was not measured on a
+// server that could take them). One thread per this many transfers in flight.
 constexpr unsigned kTransfersPerLane = 2;
 
 // The read [offset, offset+n) cut into `lanes` runs of whole parts, as even as parts allow.
