@@ -266,13 +266,13 @@ TEST_F(PageCacheDma, TheBudgetBoundsWhatIsRegistered) {
       << "windows were not retired to make room for the next ones";
 }
 
-// The same passes with the default idle time: the window in use is kept and the rest of each
-// pass is staged. Retiring it for the next 64 MiB would register and unregister a window for
+// The same passes with an idle time longer than the test (the default, 1 s, is shorter than a
+// pass under ThreadSanitizer): the window in use is kept and the rest of each pass is staged. Retiring it for the next 64 MiB would register and unregister a window for
 // every 64 MiB of every pass (on the GPU machine, four files over one budget in one process
 // ran at 15% of what four processes reached).
 TEST_F(PageCacheDma, WindowsStillBeingReadAreNotChurned) {
   if (!live_registered_) GTEST_SKIP() << "needs the test double's registration counter";
-  open_session("64");
+  open_session("64", "600000");
   const std::string big = dir_.file("big.bin");
   std::vector<uint8_t> bytes;
   ASSERT_NO_FATAL_FAILURE(make_file(big, test_seed() * 17, 192 * MiB, &bytes));
