@@ -1,6 +1,7 @@
 """What the bench/ harnesses share (side_by_side.py, callers.py): running a measuring program with
 a log, reading the lines of gpufile_compare and `gpufile bench --json`, the page cache (warm,
-drop), the data file, and which libcufile a process runs on."""
+drop), the data file, which libcufile a process runs on, and the pinned host-to-device ceiling
+through CuPy (hdf5_gpu.py, remote_gpu.py)."""
 import ctypes
 import json
 import os
@@ -189,3 +190,34 @@ def cufile_read_stats(lib):
     if lib.cuFileGetStatsL1(ctypes.byref(s)) != 0:
         return None
     return s.read_ops.ok, s.read_bytes
+
+
+def pinned_host(size):
+    """A pinned host buffer of `size` bytes (CuPy); pageable NumPy memory under the CPU stand-in
+    of CuPy (bench/standin)."""
+    import cupy as cp
+    import numpy as np
+    if hasattr(cp.cuda, "alloc_pinned_memory"):
+        return np.frombuffer(cp.cuda.alloc_pinned_memory(size), np.uint8, size)
+    return np.empty(size, dtype=np.uint8)
+
+
+def pinned_ceiling(size, repeat=5):
+    """Pinned host-to-device copies of `size` bytes through CuPy, GiB/s, best of `repeat`: the
+    ceiling a harness's reads into GPU memory are measured against. None under the stand-in (it
+    has no pinned memory)."""
+    import time
+    import cupy as cp
+    if not hasattr(cp.cuda, "alloc_pinned_memory"):
+        return None
+    host = pinned_host(size)
+    host[::4096] = 1
+    dev = cp.empty(size, dtype=cp.uint8)
+    best = 0.0
+    for _ in range(repeat):
+        cp.cuda.runtime.deviceSynchronize()
+        t0 = time.perf_counter()
+        dev.set(host)
+        cp.cuda.runtime.deviceSynchronize()
+        best = max(best, size / GIB / (time.perf_counter() - t0))
+    return best

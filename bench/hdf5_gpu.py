@@ -41,6 +41,8 @@ import subprocess
 import sys
 import time
 
+from benchlib import pinned_ceiling
+
 GIB = 1 << 30
 
 
@@ -142,27 +144,6 @@ def read_case(spec, lib):
             read_once(spec, lib, d, dev, host)
             again = time.perf_counter() - t2
     return dev, t1 - t0, t2 - t1, again
-
-
-def pinned_ceiling(nbytes, repeat=5):
-    """Pinned host-to-device copies of nbytes (CuPy), GiB/s, best of repeat: the ceiling the
-    direct reads are measured against. None with the CPU stand-in of CuPy."""
-    import cupy as cp
-    import numpy as np
-    if not hasattr(cp.cuda, "alloc_pinned_memory"):
-        return None
-    mem = cp.cuda.alloc_pinned_memory(nbytes)
-    host = np.frombuffer(mem, np.uint8, nbytes)
-    host[::4096] = 1
-    dev = cp.empty(nbytes, dtype=cp.uint8)
-    best = 0.0
-    for _ in range(repeat):
-        cp.cuda.runtime.deviceSynchronize()
-        t0 = time.perf_counter()
-        dev.set(host)
-        cp.cuda.runtime.deviceSynchronize()
-        best = max(best, nbytes / GIB / (time.perf_counter() - t0))
-    return best
 
 
 def worker(spec):

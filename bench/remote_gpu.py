@@ -53,6 +53,8 @@ import time
 import urllib.parse
 import urllib.request
 
+from benchlib import pinned_ceiling, pinned_host
+
 GIB = 1 << 30
 MIB = 1 << 20
 SEED = 12
@@ -113,15 +115,6 @@ def read_urllib(spec, dev, state):
     if len(body) != spec["size"]:
         raise RuntimeError(f"urllib got {len(body)} of {spec['size']} bytes")
     return cp.asarray(np.frombuffer(body, dtype=np.uint8))
-
-
-def pinned_host(size):
-    """A pinned host buffer of `size` bytes (CuPy); pageable NumPy memory under the stand-in."""
-    import cupy as cp
-    import numpy as np
-    if hasattr(cp.cuda, "alloc_pinned_memory"):
-        return np.frombuffer(cp.cuda.alloc_pinned_memory(size), np.uint8, size)
-    return np.empty(size, dtype=np.uint8)
 
 
 def get_range(conn, path, first, view):
@@ -208,25 +201,6 @@ def timed_read(spec, dev, state):
     out = READERS[spec["case"]](spec, dev, state)
     cp.cuda.runtime.deviceSynchronize()
     return out, time.perf_counter() - t0
-
-
-def pinned_ceiling(size, repeat=5):
-    """Pinned host-to-device copies of `size` bytes, GiB/s, best of `repeat`; None under the
-    stand-in (it has no pinned memory)."""
-    import cupy as cp
-    if not hasattr(cp.cuda, "alloc_pinned_memory"):
-        return None
-    host = pinned_host(size)
-    host[::4096] = 1
-    dev = cp.empty(size, dtype=cp.uint8)
-    best = 0.0
-    for _ in range(repeat):
-        cp.cuda.runtime.deviceSynchronize()
-        t0 = time.perf_counter()
-        dev.set(host)
-        cp.cuda.runtime.deviceSynchronize()
-        best = max(best, size / GIB / (time.perf_counter() - t0))
-    return best
 
 
 def library_settings(case):
