@@ -4,6 +4,8 @@
 
 #include <atomic>
 #include <cstdlib>
+#include <thread>
+#include <vector>
 
 #include "sys/os.hpp"
 
@@ -55,16 +57,14 @@ std::atomic<uint64_t> g_live_pinned{0};
 
 uint64_t live_pinned_bytes() { return g_live_pinned.load(std::memory_order_relaxed); }
 
-// Anonymous pages, faulted in here (as transparent huge pages where the kernel allows them), then
-// registered with the driver. Faulting the pages in is what pinning costs in a VM, and huge pages
-// make it about 3x cheaper: for 128 MiB on the H100 machine (bench/probe_pinning.py)
-// cuMemHostAlloc took 42-52 ms, this 21-23 ms (with 4 KiB pages: 63-70 ms).
-Error alloc_pinned(size_t bytes, void** out, int node, int* landed) {
-  const size_t len = round_up(bytes, kPage);
+namespace {
+
+// An anonymous region aligned to a huge page, with its NUMA preference set but no page touched.
+char* map_aligned(size_t len, int node) {
   // Map a huge page more than needed, then trim, so the region starts on a huge-page boundary.
   void* raw = mmap(nullptr, len + kHugePage, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS,
                    -1, 0);
-  if (raw == MAP_FAILED) return Error::of(Errc::no_memory);
+  if (raw == MAP_FAILED) return nullptr;
   const uintptr_t r = reinterpret_cast<uintptr_t>(raw);
   const uintptr_t a = round_up(r, kHugePage);
   if (a > r) munmap(raw, a - r);
@@ -77,7 +77,15 @@ Error alloc_pinned(size_t bytes, void** out, int node, int* landed) {
   // pinned there: this runs on the opening thread, whose affinity is the application's.
   // MPOL_PREFERRED, not BIND: a full node gives pages of another instead of failing the open.
   if (node >= 0) sys::os().prefer_node(p, len, node);
+  return p;
+}
+
+void fault_in(char* p, size_t len) {
   for (size_t off = 0; off < len; off += kPage) p[off] = 0;
+}
+
+// Registers a faulted-in region with the driver (if any) and counts it; unmaps it on failure.
+Error register_region(char* p, size_t len, int node, int* landed) {
   if (landed != nullptr) {
     const int n = node >= 0 ? sys::os().node_of_page(p) : -1;
     *landed = n >= 0 ? n : -1;
@@ -90,8 +98,65 @@ Error alloc_pinned(size_t bytes, void** out, int node, int* landed) {
     }
   }
   g_live_pinned.fetch_add(len, std::memory_order_relaxed);
+  return Error::none();
+}
+
+}  // namespace
+
+// Anonymous pages, faulted in here (as transparent huge pages where the kernel allows them), then
+// registered with the driver. Faulting the pages in is what pinning costs in a VM, and huge pages
+// make it about 3x cheaper: for 128 MiB on the H100 machine (bench/probe_pinning.py)
+// cuMemHostAlloc took 42-52 ms, this 21-23 ms (with 4 KiB pages: 63-70 ms).
+Error alloc_pinned(size_t bytes, void** out, int node, int* landed) {
+  const size_t len = round_up(bytes, kPage);
+  char* p = map_aligned(len, node);
+  if (p == nullptr) return Error::of(Errc::no_memory);
+  fault_in(p, len);
+  if (Error e = register_region(p, len, node, landed)) return e;
   *out = p;
   return Error::none();
+}
+
+// As alloc_pinned, for several regions at once, faulted in on a thread each: zeroing the pages is
+// most of the cost, and on the H200 machine 16 x 8 MiB of huge pages took 21.6-24.6 ms on one
+// thread against 11-12 ms on 16 (session 11's probe, docs/performance.md). Registration stays on
+// this thread, one region after another (4.7-7.2 ms for all 16): the driver serialises it anyway,
+// and this thread has the context current.
+Error alloc_pinned_many(std::vector<PinnedRequest>& regions) {
+  std::vector<char*> maps(regions.size(), nullptr);
+  Error failure = Error::none();
+  for (size_t i = 0; i < regions.size() && !failure; ++i) {
+    maps[i] = map_aligned(round_up(regions[i].bytes, kPage), regions[i].node);
+    if (maps[i] == nullptr) failure = Error::of(Errc::no_memory);
+  }
+  if (!failure) {
+    std::vector<std::thread> touching;
+    for (size_t i = 1; i < regions.size(); ++i)
+      touching.emplace_back(fault_in, maps[i], round_up(regions[i].bytes, kPage));
+    if (!regions.empty()) fault_in(maps[0], round_up(regions[0].bytes, kPage));
+    for (std::thread& t : touching) t.join();
+  }
+  for (size_t i = 0; i < regions.size(); ++i) {
+    const size_t len = round_up(regions[i].bytes, kPage);
+    if (maps[i] != nullptr && failure) {
+      munmap(maps[i], len);
+      continue;
+    }
+    if (maps[i] == nullptr) continue;
+    if (Error e = register_region(maps[i], len, regions[i].node, &regions[i].landed)) {
+      failure = e;  // this one is unmapped; the others registered so far are freed below
+      maps[i] = nullptr;
+      continue;
+    }
+    regions[i].out = maps[i];
+  }
+  if (failure) {
+    for (PinnedRequest& r : regions) {
+      if (r.out != nullptr) free_pinned(r.out, r.bytes);
+      r.out = nullptr;
+    }
+  }
+  return failure;
 }
 
 void free_pinned(void* p, size_t bytes) {

@@ -3,6 +3,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <vector>
 
 #include "core/error.hpp"
 #include "cuda/driver.hpp"
@@ -37,6 +38,17 @@ Error classify(const void* ptr, MemInfo* out);
 // went (-1 when the kernel would not say).
 Error alloc_pinned(size_t bytes, void** out, int node = -1, int* landed = nullptr);
 void free_pinned(void* p, size_t bytes);
+// One region of alloc_pinned_many(): what to allocate, and what came of it.
+struct PinnedRequest {
+  size_t bytes = 0;
+  int node = -1;         // as alloc_pinned's `node`
+  void* out = nullptr;   // the region, freed by free_pinned(out, bytes)
+  int landed = -1;       // as alloc_pinned's `*landed`
+};
+// alloc_pinned() for every region of `regions`, their pages faulted in on parallel threads (what
+// a session's open spends most of its time on). All or nothing: on failure none is left
+// allocated.
+Error alloc_pinned_many(std::vector<PinnedRequest>& regions);
 // Bytes of pinned staging held now: what alloc_pinned() handed out and free_pinned() has not yet
 // taken back (page-rounded). A leak check for soak runs and tests (tests/soak, Python's
 // gpufile.stats()["pinned_staging_bytes"]); 0 once the driver is closed.

@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "core/align.hpp"
+#include "cuda/memory.hpp"
 #include "sys/os.hpp"
 #include "exec/worker.hpp"
 #include "route/route.hpp"
@@ -161,18 +162,32 @@ Error Executor::start() {
   // 12-16 workers through cuMemHostAlloc, 23-29 ms with the huge pages of cuda::alloc_pinned).
   // Tried and measured there (docs/performance.md): setting the workers up on parallel threads
   // did not shorten the open, and setting all but the first up in the background while IO
-  // already ran did not make a first 7.8 GB load any faster. So: one after another. (The
-  // threads themselves still start in the background: a fork() right after the open waits in
-  // park_workers_for_fork() until each has started and parked.)
+  // already ran did not make a first 7.8 GB load any faster. What does help (H200, session 11):
+  // faulting every worker's pages in on a thread each, then registering them one after another
+  // on this thread (cuda::alloc_pinned_many). (The workers' threads still start in the
+  // background: a fork() right after the open waits in park_workers_for_fork() until each has
+  // started and parked.)
   std::vector<WorkerGroup> groups = cfg_.groups;
   if (groups.empty()) groups.push_back(WorkerGroup{-1, {}, ~uint64_t{0}, cfg_.workers});
   std::vector<const WorkerGroup*> group_of;
   for (const WorkerGroup& g : groups) group_of.insert(group_of.end(), g.workers, &g);
   group_of.resize(cfg_.workers, &groups.front());
+  std::vector<std::unique_ptr<Worker>> made;
+  std::vector<cuda::PinnedRequest> staging;
   for (unsigned i = 0; i < cfg_.workers; ++i) {
-    auto w = std::make_unique<Worker>(*this, cfg_, *group_of[i]);
+    made.push_back(std::make_unique<Worker>(*this, cfg_, *group_of[i]));
+    staging.push_back({made.back()->staging_bytes(), made.back()->staging_node_wanted()});
+  }
+  if (Error e = cuda::alloc_pinned_many(staging)) return e;
+  for (unsigned i = 0; i < cfg_.workers; ++i) {
+    std::unique_ptr<Worker>& w = made[i];
     std::string why;
-    if (Error e = w->init(&why)) return e;
+    // Each worker owns its staging from here, init's failure or not (the rest are freed by
+    // theirs when `made` goes).
+    if (Error e = w->init(staging[i].out, staging[i].landed, &why)) {
+      for (unsigned j = i + 1; j < cfg_.workers; ++j) cuda::free_pinned(staging[j].out, staging[j].bytes);
+      return e;
+    }
     if (i == 0) {
       engine_name_ = w->engine_name();
       engine_note_ = why;

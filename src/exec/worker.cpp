@@ -61,13 +61,12 @@ Worker::~Worker() {
   cuda::free_pinned(slabs_, slabs_bytes_);
 }
 
-Error Worker::init(std::string* why) {
+Error Worker::init(void* staging, int landed, std::string* why) {
   slots_.resize(cfg_.slabs_per_worker);
   copy_order_.assign(slots_.size(), 0);
-  slabs_bytes_ = cfg_.slab_bytes * slots_.size();
-  void* mem = nullptr;
-  if (Error e = cuda::alloc_pinned(slabs_bytes_, &mem, node_, &staging_node_)) return e;
-  slabs_ = static_cast<char*>(mem);
+  slabs_bytes_ = staging_bytes();
+  slabs_ = static_cast<char*>(staging);
+  staging_node_ = landed;
   for (size_t i = 0; i < slots_.size(); ++i) slots_[i].slab = slabs_ + i * cfg_.slab_bytes;
   const unsigned depth = std::max<unsigned>(
       cfg_.ring_depth, static_cast<unsigned>(slots_.size()) * kMaxPack * kSegsPerPiece);

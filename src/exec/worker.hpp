@@ -27,8 +27,14 @@ class Worker {
   Worker(const Worker&) = delete;
   Worker& operator=(const Worker&) = delete;
 
-  // Allocates the slabs and the engine. `why` explains a fallback to the posix engine.
-  Error init(std::string* why);
+  // The staging this worker wants: staging_bytes() on staging_node_wanted() (Executor::start
+  // allocates every worker's at once, cuda::alloc_pinned_many).
+  uint64_t staging_bytes() const { return cfg_.slab_bytes * cfg_.slabs_per_worker; }
+  int staging_node_wanted() const { return node_; }
+  // Takes `staging` (staging_bytes() of pinned memory, from cuda::alloc_pinned_many; freed with
+  // the worker even when init fails) as its slabs, which landed on node `landed`, and makes the
+  // engine. `why` explains a fallback to the posix engine.
+  Error init(void* staging, int landed, std::string* why);
   const char* engine_name() const { return engine_->name(); }
   // Pins the calling thread (the worker's own, before run()) to its group's CPUs.
   void pin();
