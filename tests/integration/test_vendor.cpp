@@ -2,7 +2,7 @@
 // libcufile (tests/support/fakecufile): which IO goes through NVIDIA's library and which stays
 // on gpufile's paths, the fallback of refused files with its one log line, an IO failing in
 // NVIDIA's library, buffer and file registrations forwarded and taken back, and when the library
-// is not used at all. GPUFILE_VENDOR_LIBRARY names the double (tests/integration/CMakeLists.txt).
+// is not used at all. FAKECUFILE_PATH, the double's path, is compiled in (CMakeLists.txt).
 #include <dlfcn.h>
 
 #include <fstream>
@@ -42,7 +42,7 @@ struct Double {
   decltype(&fakecufile_reset) reset = nullptr;
 };
 
-const char* double_path() { return std::getenv("FAKECUFILE_PATH"); }
+const char* double_path() { return FAKECUFILE_PATH; }
 
 // Null until gpufile has loaded the double.
 void* double_handle() { return dlopen(double_path(), RTLD_NOW | RTLD_NOLOAD); }
@@ -106,6 +106,7 @@ class VendorPath : public ::testing::Test {
     env_.set("GPUFILE_LOG_FILE", log_.c_str());
     env_.set("GPUFILE_LOG_LEVEL", "WARN");
     env_.set("FAKECUFILE_REFUSE", "refused");
+    env_.set("GPUFILE_VENDOR_LIBRARY", FAKECUFILE_PATH);
     data_ = random_bytes(kFile);
     write_file(dir_.file("data.bin"), data_.data(), data_.size());
     write_file(dir_.file("refused.bin"), data_.data(), data_.size());
@@ -355,7 +356,7 @@ TEST_F(VendorPath, DriverOpenFailureLeavesGpufilesPaths) {
 
 TEST_F(VendorPath, GpufilesOwnLibraryIsRefused) {
   env_.set("GPUFILE_VENDOR", "on");
-  env_.set("GPUFILE_VENDOR_LIBRARY", std::getenv("GPUFILE_OWN_LIBCUFILE"));
+  env_.set("GPUFILE_VENDOR_LIBRARY", GPUFILE_OWN_LIBCUFILE);
   open();
   Handle h(dir_.file("data.bin"), O_RDONLY);
   auto buf = device(4 * MiB);
