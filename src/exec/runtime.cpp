@@ -468,7 +468,7 @@ IoResult Runtime::run(Io& io) {
   Session& s = *io.session_;
   CallerCount callers(s.sync_calls);
   const route::StorageChoice storage = route_storage(io);
-  if (route::choose_vendor(vendor_facts(s, *io.file_, job, storage, /*synchronous=*/true)).use)
+  if (s.vendor && route::choose_vendor(vendor_facts(s, *io.file_, job, storage, /*synchronous=*/true)).use)
     if (std::optional<IoResult> r = run_vendor(io)) return *r;
   const route::LoadFacts facts = load_facts(s, job, callers.now());
   route::ThreadPlan plan = route::plan_threads(facts);

@@ -177,6 +177,7 @@ void open_vendor(Session& s) {
   GPUFILE_LOG(LogLevel::info, "vendor path: %s", s.vendor_why.c_str());
   // Compatibility mode alone would only add a layer: let NVIDIA's driver go now.
   if (!used) s.vendor.reset();
+  s.vendor_compat_only = !used;
 }
 
 }  // namespace
@@ -185,7 +186,8 @@ route::VendorFacts vendor_facts(const Session& s, const FileHandle& h, const exe
                                 const route::StorageChoice& storage, bool synchronous) {
   route::VendorFacts f;
   f.policy = s.settings.vendor;
-  f.loaded = s.vendor != nullptr;
+  // Loaded and closed again for want of GDS still counts as loaded: the reason is compat mode.
+  f.loaded = s.vendor != nullptr || s.vendor_compat_only;
   f.driver_gds = s.vendor_gds();
   f.file_accepted = h.vendor != nullptr && !h.vendor_dropped.load(std::memory_order_relaxed);
   f.synchronous = synchronous;

@@ -66,6 +66,7 @@ struct Session {
   // why it is open but unused (compatibility mode only).
   std::shared_ptr<vendor::Driver> vendor;
   std::string vendor_why;
+  bool vendor_compat_only = false;  // it loaded, reported no GDS, and was closed again (auto)
   bool vendor_gds() const { return vendor && vendor->facts().gds(); }
   std::unique_ptr<exec::Executor> exec;
   exec::StagingPool small;  // callers' staging for small IO (up to small_io_kb)
