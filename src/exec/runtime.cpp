@@ -414,6 +414,10 @@ std::optional<IoResult> Runtime::run_vendor(Io& io) {
   const off_t buffer_offset = static_cast<off_t>(job.addr - base);
   const off_t file_offset = static_cast<off_t>(job.file_off);
   cuda::ScopedContext current(job.mem.context);
+  // gpufile's calls come after the work queued on the legacy default stream (LegacyStreamFence
+  // above); NVIDIA's DMA waits for no stream, so that work is waited for here.
+  if (const cuda::Driver* d = cuda::driver(); d && d->StreamQuery(nullptr) == cuda::CUDA_ERROR_NOT_READY)
+    d->StreamSynchronize(nullptr);
   vendor::Outcome out =
       job.kind == sys::IoKind::read
           ? nvidia.read(*f.vendor, reinterpret_cast<void*>(base), job.len, file_offset, buffer_offset)

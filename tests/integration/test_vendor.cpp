@@ -192,6 +192,32 @@ TEST_F(VendorPath, ReadToTheEndOfTheFileCountsOnlyTheBytesThere) {
   EXPECT_EQ(d.calls("cuFileRead"), 1);
 }
 
+// gpufile's calls come after work queued on the legacy default stream (test_ordering.cpp); NVIDIA's
+// DMA waits for no stream, so the vendor path waits for that work before calling it.
+TEST_F(VendorPath, AWriteThroughNvidiaStoresWhatAMemsetQueuedBeforeItWrote) {
+  using MemsetD8 = cu::CUresult (*)(cu::CUdeviceptr, unsigned char, size_t);
+  auto memset_d8 = reinterpret_cast<MemsetD8>(driver_symbol("cuMemsetD8_v2"));
+  if (memset_d8 == nullptr) GTEST_SKIP() << "the driver has no cuMemsetD8_v2";
+  Double d = open();
+  ASSERT_NE(d.calls, nullptr);
+  Handle h(dir_.file("data.bin"), O_RDWR);
+  auto buf = device(2 * MiB);
+  buf->fill(0, 2 * MiB, 0x11);
+  Watchdog dog(std::chrono::seconds(60), "vendor write behind a memset");
+  StreamGate gate;
+  ASSERT_EQ(gate.enqueue(nullptr), cu::CUDA_SUCCESS);
+  ASSERT_EQ(memset_d8(reinterpret_cast<cu::CUdeviceptr>(buf->ptr()), 0x5a, 2 * MiB), cu::CUDA_SUCCESS);
+  std::thread opener([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    gate.release();
+  });
+  const ssize_t n = cuFileWrite(h.get(), buf->ptr(), 2 * MiB, 0, 0);
+  opener.join();
+  ASSERT_EQ(n, static_cast<ssize_t>(2 * MiB));
+  EXPECT_EQ(d.calls("cuFileWrite"), 1);
+  EXPECT_EQ(not_filled(read_file(dir_.file("data.bin"), 0, 2 * MiB).data(), 2 * MiB, 0x5a), "");
+}
+
 TEST_F(VendorPath, SmallUnalignedAndHostIoStayOnGpufilesPaths) {
   Double d = open();
   ASSERT_NE(d.calls, nullptr);

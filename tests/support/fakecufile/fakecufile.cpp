@@ -104,11 +104,22 @@ bool known_file(CUfileHandle_t fh) {
 
 // The CUDA driver the process loaded (the same path gpufile loads: the same copy), for the
 // copies between the bounce buffer and "GPU memory": the CUDA driver double keeps device memory
-// behind addresses of its own, as a real GPU does.
+// behind addresses of its own, as a real GPU does. The copies run on a non-blocking stream of
+// their own: NVIDIA's DMA waits for no stream, the legacy default stream included.
 struct Cuda {
-  int (*HtoD)(unsigned long long dst, const void* src, size_t n) = nullptr;
-  int (*DtoH)(void* dst, unsigned long long src, size_t n) = nullptr;
+  using Stream = void*;
+  int (*StreamCreate)(Stream*, unsigned) = nullptr;
+  int (*StreamDestroy)(Stream) = nullptr;
+  int (*StreamSynchronize)(Stream) = nullptr;
+  int (*HtoDAsync)(unsigned long long dst, const void* src, size_t n, Stream) = nullptr;
+  int (*DtoHAsync)(void* dst, unsigned long long src, size_t n, Stream) = nullptr;
+  bool ok() const { return StreamCreate && StreamDestroy && StreamSynchronize && HtoDAsync && DtoHAsync; }
 };
+
+template <typename F>
+void bind(void* lib, const char* name, F& fn) {
+  fn = reinterpret_cast<F>(dlsym(lib, name));
+}
 
 const Cuda& cuda() {
   static const Cuda c = [] {
@@ -116,11 +127,28 @@ const Cuda& cuda() {
     const char* path = std::getenv("GPUFILE_CUDA_LIBRARY");
     void* lib = dlopen(path != nullptr && *path != '\0' ? path : "libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
     if (lib == nullptr) return out;
-    out.HtoD = reinterpret_cast<decltype(out.HtoD)>(dlsym(lib, "cuMemcpyHtoD_v2"));
-    out.DtoH = reinterpret_cast<decltype(out.DtoH)>(dlsym(lib, "cuMemcpyDtoH_v2"));
+    bind(lib, "cuStreamCreate", out.StreamCreate);
+    bind(lib, "cuStreamDestroy_v2", out.StreamDestroy);
+    bind(lib, "cuStreamSynchronize", out.StreamSynchronize);
+    bind(lib, "cuMemcpyHtoDAsync_v2", out.HtoDAsync);
+    bind(lib, "cuMemcpyDtoHAsync_v2", out.DtoHAsync);
     return out;
   }();
   return c;
+}
+
+// One copy between host and GPU memory on a non-blocking stream of its own; 0 when it worked.
+template <typename Copy>
+int copy_on_own_stream(Copy copy) {
+  const Cuda& c = cuda();
+  if (!c.ok()) return -1;
+  Cuda::Stream s = nullptr;
+  constexpr unsigned kNonBlocking = 0x1;  // CU_STREAM_NON_BLOCKING
+  if (c.StreamCreate(&s, kNonBlocking) != 0) return -1;
+  int rc = copy(s);
+  if (rc == 0) rc = c.StreamSynchronize(s);
+  c.StreamDestroy(s);
+  return rc;
 }
 
 // A page-aligned bounce buffer: the descriptor may be O_DIRECT.
@@ -151,13 +179,15 @@ ssize_t read_into_gpu(int fd, unsigned long long gpu, size_t size, off_t off) {
   Bounce b(size);
   const ssize_t n = move_all(true, fd, b.p, size, off);
   if (n <= 0) return n;
-  if (cuda().HtoD == nullptr || cuda().HtoD(gpu, b.p, static_cast<size_t>(n)) != 0) return -kCudaFailed;
+  if (copy_on_own_stream([&](Cuda::Stream s) { return cuda().HtoDAsync(gpu, b.p, static_cast<size_t>(n), s); }) != 0)
+    return -kCudaFailed;
   return n;
 }
 
 ssize_t write_from_gpu(int fd, unsigned long long gpu, size_t size, off_t off) {
   Bounce b(size);
-  if (cuda().DtoH == nullptr || cuda().DtoH(b.p, gpu, size) != 0) return -kCudaFailed;
+  if (copy_on_own_stream([&](Cuda::Stream s) { return cuda().DtoHAsync(b.p, gpu, size, s); }) != 0)
+    return -kCudaFailed;
   return move_all(false, fd, b.p, size, off);
 }
 
