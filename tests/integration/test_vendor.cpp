@@ -13,6 +13,7 @@
 #include "core/stats.hpp"
 #include "exec/runtime.hpp"
 #include "fakecufile.h"
+#include "vendor/nvidia.hpp"
 
 namespace capi_test {
 namespace {
@@ -393,6 +394,42 @@ TEST_F(VendorPath, GpufilesOwnLibraryIsRefused) {
   ASSERT_EQ(gpufile::Runtime::instance().explain_file(h.get(), &r).code, gpufile::Errc::ok);
   EXPECT_NE(r.vendor_state.find("gpufile's own libcufile"), std::string::npos) << r.vendor_state;
   EXPECT_FALSE(r.vendor.use);
+}
+
+// No library configured: the search finds one in $CUDA_HOME/lib64 (here a link to the double).
+TEST_F(VendorPath, TheSearchFindsTheLibraryInTheCudaToolkit) {
+  const std::string lib64 = dir_.file("cuda/lib64");
+  ASSERT_EQ(system(("mkdir -p " + lib64).c_str()), 0);
+  ASSERT_EQ(symlink(FAKECUFILE_PATH, (lib64 + "/libcufile.so.0").c_str()), 0);
+  env_.set("GPUFILE_VENDOR_LIBRARY", nullptr);
+  env_.set("CUDA_HOME", dir_.file("cuda").c_str());
+  env_.set("GPUFILE_VENDOR", "on");
+  Double d = open();
+  ASSERT_NE(d.calls, nullptr);
+  Handle h(dir_.file("data.bin"), O_RDONLY);
+  auto buf = device(4 * MiB);
+  read_and_check(h, *buf, 4 * MiB, 0);
+  EXPECT_EQ(d.calls("cuFileRead"), 1);
+  gpufile::Runtime::FileReport r;
+  ASSERT_EQ(gpufile::Runtime::instance().explain_file(h.get(), &r).code, gpufile::Errc::ok);
+  EXPECT_EQ(r.vendor_state.rfind(lib64 + "/libcufile.so.0", 0), 0u) << r.vendor_state;
+}
+
+// auto with no library configured does not even search where nvidia-fs is absent and P2PDMA was
+// not asked for: NVIDIA's open would cost most of a second for a compat mode it would not use.
+TEST_F(VendorPath, AutoWithoutNvidiaFsDoesNotSearch) {
+  if (gpufile::vendor::nvidia_fs_present()) GTEST_SKIP() << "this machine has nvidia-fs";
+  const std::string lib64 = dir_.file("cuda/lib64");
+  ASSERT_EQ(system(("mkdir -p " + lib64).c_str()), 0);
+  ASSERT_EQ(symlink(FAKECUFILE_PATH, (lib64 + "/libcufile.so.0").c_str()), 0);
+  env_.set("GPUFILE_VENDOR_LIBRARY", nullptr);
+  env_.set("CUDA_HOME", dir_.file("cuda").c_str());
+  open();
+  Handle h(dir_.file("data.bin"), O_RDONLY);
+  gpufile::Runtime::FileReport r;
+  ASSERT_EQ(gpufile::Runtime::instance().explain_file(h.get(), &r).code, gpufile::Errc::ok);
+  EXPECT_NE(r.vendor_state.find("no nvidia-fs"), std::string::npos) << r.vendor_state;
+  EXPECT_EQ(r.vendor.why, gpufile::route::Reason::vendor_not_loaded);
 }
 
 // Run alone, in a process of its own with GPUFILE_VENDOR=off (CMakeLists.txt): nothing loads it.
