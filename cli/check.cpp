@@ -74,7 +74,7 @@ int check(int argc, char** argv) {
     }
   }
   std::printf("NVIDIA      %s\n", r.vendor_state.c_str());
-  if (!r.vendor_refusal.empty()) std::printf("            refused this file: %s\n", r.vendor_refusal.c_str());
+  if (!r.vendor_refusal.empty()) std::printf("            this file: %s\n", r.vendor_refusal.c_str());
   const char* path_taken =
       r.vendor.use ? "vendor direct: NVIDIA's cuFileRead, storage DMA straight into GPU memory"
       : r.read.direct ? "staged direct: O_DIRECT into pinned slabs, async copy to the GPU"

@@ -108,7 +108,7 @@ Error check_fd(int fd, struct stat* st, int* flags) {
 void register_with_vendor(Session& s, FileHandle& h) {
   if (!s.vendor) return;
   if (h.ref.fd_direct < 0) {
-    h.vendor_refusal = "no O_DIRECT on this file: gpufile reads it through the page cache";
+    h.vendor_refusal = "not offered: no O_DIRECT on this file, gpufile reads it through the page cache";
     return;
   }
   h.vendor = s.vendor->register_file(h.ref.fd_direct, &h.vendor_refusal);

@@ -42,7 +42,8 @@ const char* describe(Reason why) {
       return "NVIDIA's driver reports no GPUDirect Storage (compat mode only: it would add a "
              "layer): gpufile's own paths";
     case Reason::vendor_file_refused:
-      return "NVIDIA's driver refused this file: gpufile's own paths";
+      return "NVIDIA's driver refused this file (or it was not offered: no O_DIRECT): gpufile's own "
+             "paths";
     case Reason::vendor_asynchronous:
       return "asynchronous IO (batch, stream, futures) stays on gpufile's workers";
     case Reason::vendor_host_memory: return "host memory: gpufile reads into it directly";

@@ -42,7 +42,7 @@ def main():
                "on a file NVIDIA's driver accepts")
 
         out = check(cli, refused, **base)
-        expect(out, "refused this file: ", "(5027)", "large reads staged direct",
+        expect(out, "this file: ", "(5027)", "large reads staged direct",
                "not NVIDIA's: NVIDIA's driver refused this file")
 
         out = check(cli, accepted, **base, FAKECUFILE_MODE="compat")
