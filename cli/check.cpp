@@ -73,12 +73,17 @@ int check(int argc, char** argv) {
       std::printf("BAR1        GPU %d: %zu MiB%s\n", gpu, kb / 1024, kb ? "" : " (neither NVML nor sysfs says)");
     }
   }
+  std::printf("NVIDIA      %s\n", r.vendor_state.c_str());
+  if (!r.vendor_refusal.empty()) std::printf("            this file: %s\n", r.vendor_refusal.c_str());
   const char* path_taken =
-      r.read.direct ? "staged direct: O_DIRECT into pinned slabs, async copy to the GPU"
+      r.vendor.use ? "vendor direct: NVIDIA's cuFileRead, storage DMA straight into GPU memory"
+      : r.read.direct ? "staged direct: O_DIRECT into pinned slabs, async copy to the GPU"
       : r.copies_from_cache
           ? "page cache DMA: the copy engine reads the cached pages, registered in 64 MiB windows"
           : "page cache: buffered reads into pinned slabs, async copy to the GPU";
-  std::printf("large reads %s\n            why: %s\n", path_taken, route::describe(r.read.why));
+  std::printf("large reads %s\n            why: %s\n", path_taken,
+              route::describe(r.vendor.use ? r.vendor.why : r.read.why));
+  if (!r.vendor.use) std::printf("            not NVIDIA's: %s\n", route::describe(r.vendor.why));
   if (r.cache_dma_budget == 0)
     std::printf("page-cache DMA off (gpufile.pagecache_dma_mb is 0, no GPU, or no inotify)\n");
   else

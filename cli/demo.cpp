@@ -126,7 +126,7 @@ uint64_t verify_file(const std::string& path, uint64_t size) {
 
 void print_paths(stats::Op op) {
   static const char* names[] = {"staged direct", "page cache", "host direct", "small IO",
-                                "page cache DMA"};
+                                "page cache DMA", "NVIDIA GDS"};
   static_assert(std::size(names) == stats::kPaths);
   stats::Snapshot s = stats::snapshot();
   for (int p = 0; p < stats::kPaths; ++p) {

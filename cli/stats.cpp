@@ -22,7 +22,7 @@ using stats::kPaths;
 
 const char* const kOpNames[kOps] = {"read", "write"};
 const char* const kPathNames[kPaths] = {"staged_direct", "page_cache", "host_direct", "small_io",
-                                        "page_cache_dma"};
+                                        "page_cache_dma", "vendor"};
 
 struct Options {
   int pid = 0;

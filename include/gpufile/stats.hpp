@@ -24,6 +24,7 @@ struct OpStats {
   PathStats host_direct;    // O_DIRECT straight into host memory
   PathStats small_io;       // one step on the calling thread
   PathStats page_cache_dma; // copied to the GPU straight out of registered page-cache pages
+  PathStats vendor;         // moved by NVIDIA's own libcufile (GPUDirect Storage; docs/paths.md)
   std::uint64_t caller_bytes = 0;  // moved by the calling threads themselves
   std::uint64_t worker_bytes = 0;  // moved by gpufile's IO workers
 };

@@ -265,6 +265,15 @@ void json_strings(Settings& s, const json& root, std::string_view origin, Proble
               "auto|always|never", origin, problems);
   json_choice(root, "gpufile.numa_placement", s.numa_placement, parse_numa_placement,
               numa_placement_name, "auto|off", origin, problems);
+  json_choice(root, "gpufile.vendor", s.vendor, parse_vendor, vendor_name, "auto|on|off", origin,
+              problems);
+  if (const json* lib = find_path(root, "gpufile.vendor_library")) {
+    if (lib->is_string())
+      s.vendor_library = lib->get<std::string>();
+    else
+      report(problems, origin, "gpufile.vendor_library", lib->dump(), "a library path",
+             "\"" + s.vendor_library + "\"");
+  }
   if (const json* dir = find_path(root, "logging.dir")) {
     if (dir->is_string())
       s.log_dir = dir->get<std::string>();
@@ -392,6 +401,8 @@ void env_strings(Settings& s, Problems& problems) {
              problems);
   env_choice("GPUFILE_NUMA_PLACEMENT", s.numa_placement, parse_numa_placement, numa_placement_name,
              "auto|off", problems);
+  env_choice("GPUFILE_VENDOR", s.vendor, parse_vendor, vendor_name, "auto|on|off", problems);
+  if (const char* v = env("GPUFILE_VENDOR_LIBRARY")) s.vendor_library = v;
 }
 
 // ---- staged values -----------------------------------------------------------------------------
@@ -657,6 +668,8 @@ json flat_settings(const Settings& s) {
   out["gpufile.engine"] = engine_name(s.engine);
   out["gpufile.direct_io"] = direct_io_name(s.direct_io);
   out["gpufile.numa_placement"] = numa_placement_name(s.numa_placement);
+  out["gpufile.vendor"] = vendor_name(s.vendor);
+  out["gpufile.vendor_library"] = s.vendor_library;
   out["properties.posix_pool_slab_size_kb"] = s.posix_pool_slab_size_kb;
   out["properties.posix_pool_slab_count"] = s.posix_pool_slab_count;
   return out;
@@ -747,6 +760,23 @@ std::optional<NumaPlacement> parse_numa_placement(std::string_view text) {
 
 const char* numa_placement_name(NumaPlacement p) {
   return p == NumaPlacement::off ? "off" : "auto";
+}
+
+std::optional<VendorPolicy> parse_vendor(std::string_view text) {
+  std::string t = lower(text);
+  if (t == "auto") return VendorPolicy::automatic;
+  if (t == "on") return VendorPolicy::on;
+  if (t == "off") return VendorPolicy::off;
+  return std::nullopt;
+}
+
+const char* vendor_name(VendorPolicy v) {
+  switch (v) {
+    case VendorPolicy::automatic: return "auto";
+    case VendorPolicy::on: return "on";
+    case VendorPolicy::off: return "off";
+  }
+  return "?";
 }
 
 const char* engine_name(EnginePolicy e) {

@@ -157,5 +157,7 @@ const char* engine_name(EnginePolicy e);
 std::optional<NumaPlacement> parse_numa_placement(std::string_view text);  // auto|off
 const char* numa_placement_name(NumaPlacement p);
 const char* direct_io_name(DirectIoPolicy d);
+std::optional<VendorPolicy> parse_vendor(std::string_view text);  // auto|on|off
+const char* vendor_name(VendorPolicy v);
 
 }  // namespace gpufile::config

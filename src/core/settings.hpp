@@ -34,6 +34,14 @@ enum class NumaPlacement : int {
   off,            // wherever the kernel puts them
 };
 
+// Whether reads and writes may go through NVIDIA's own libcufile (path 5, "vendor direct",
+// src/vendor/nvidia.hpp) for true GPUDirect Storage.
+enum class VendorPolicy : int {
+  automatic = 0,  // where NVIDIA's driver reports GDS (nvidia-fs or P2PDMA), not in compat mode
+  on,             // whenever NVIDIA's library loads, compat mode included
+  off,            // never load it
+};
+
 struct Settings {
   // ---- cuFile keys (cufile.json name in comments) --------------------------------------------
   // logging.*
@@ -89,6 +97,9 @@ struct Settings {
   size_t remote_retries = 5;       // GPUFILE_REMOTE_RETRIES: further tries of a failed request
   size_t remote_backoff_ms = 100;  // GPUFILE_REMOTE_BACKOFF_MS: first wait before a retry, doubled after
   size_t remote_timeout_s = 30;    // GPUFILE_REMOTE_TIMEOUT_S: connect / no-byte-received limit
+  // NVIDIA's libcufile (src/vendor/nvidia.hpp, docs/paths.md "Vendor direct").
+  VendorPolicy vendor = VendorPolicy::automatic;  // GPUFILE_VENDOR: auto|on|off
+  std::string vendor_library;      // GPUFILE_VENDOR_LIBRARY: its path; empty = search the usual places
 };
 
 }  // namespace gpufile

@@ -338,7 +338,7 @@ uint64_t posix_ops(const Snapshot& s, Op op) {
 std::string summary_json(const Snapshot& s, uint64_t pinned_staging_bytes) {
   static const char* const kOpNames[kOps] = {"read", "write"};
   static const char* const kPathNames[] = {"staged_direct", "page_cache", "host_direct",
-                                           "small_io", "page_cache_dma"};
+                                           "small_io", "page_cache_dma", "vendor"};
   static_assert(std::size(kPathNames) == kPaths);
   auto field = [](const char* name, uint64_t v) {
     return "\"" + std::string(name) + "\": " + std::to_string(v);

@@ -21,7 +21,8 @@ enum class Op : int { read = 0, write, count };
 // The path a piece of a request took (docs/paths: DESIGN.md "The data path").
 // page_cache_dma: copied into the GPU straight out of registered page-cache pages
 // (exec/cache_windows.hpp), no kernel read and no staging.
-enum class Path : int { staged_direct = 0, page_cache, host_direct, small_io, page_cache_dma, count };
+// vendor: moved by NVIDIA's own libcufile (path 5, src/vendor/nvidia.hpp).
+enum class Path : int { staged_direct = 0, page_cache, host_direct, small_io, page_cache_dma, vendor, count };
 
 inline constexpr int kOps = static_cast<int>(Op::count);
 inline constexpr int kPaths = static_cast<int>(Path::count);

@@ -92,6 +92,7 @@ OpStats op_stats(const stats::Snapshot& s, stats::Op which) {
   out.host_direct = path_stats(s, op, stats::Path::host_direct);
   out.small_io = path_stats(s, op, stats::Path::small_io);
   out.page_cache_dma = path_stats(s, op, stats::Path::page_cache_dma);
+  out.vendor = path_stats(s, op, stats::Path::vendor);
   out.caller_bytes = s.caller_bytes[op];
   out.worker_bytes = s.worker_bytes[op];
   return out;

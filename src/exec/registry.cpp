@@ -7,6 +7,7 @@
 #include <algorithm>
 
 #include "core/align.hpp"
+#include "core/log.hpp"
 #include "exec/runtime.hpp"
 #include "exec/session.hpp"
 
@@ -101,6 +102,21 @@ Error check_fd(int fd, struct stat* st, int* flags) {
   return Error::none();
 }
 
+// Registers the file with NVIDIA's driver too, where path 5 is open: through the O_DIRECT
+// descriptor (what its DMA needs), since the vendor path only takes IO that gpufile would send
+// to the disk anyway. A refusal costs one log line, with NVIDIA's error, and nothing else.
+void register_with_vendor(Session& s, FileHandle& h) {
+  if (!s.vendor) return;
+  if (h.ref.fd_direct < 0) {
+    h.vendor_refusal = "not offered: no O_DIRECT on this file, gpufile reads it through the page cache";
+    return;
+  }
+  h.vendor = s.vendor->register_file(h.ref.fd_direct, &h.vendor_refusal);
+  if (h.vendor) return;
+  GPUFILE_LOG(LogLevel::warn, "vendor path: NVIDIA's driver refused %s: %s; gpufile's own paths carry its IO",
+              sys::file_name(h.user_fd).c_str(), h.vendor_refusal.c_str());
+}
+
 }  // namespace
 
 // ---- files ---------------------------------------------------------------------------------------
@@ -125,6 +141,7 @@ Error Runtime::register_file(int fd, void** handle) {
   if (Error e = fill_file_ref(*s, *h, s->settings.direct_io)) return e;
   if (s->pagecache_dma && h->access != O_WRONLY)
     h->windows = s->pagecache_dma->windows_for(h->ref.fd_buffered, h->dev, h->ino);
+  register_with_vendor(*s, *h);
   uintptr_t token = s->next_token;
   s->next_token += 0x10;
   s->files.emplace(token, std::move(h));
@@ -140,8 +157,24 @@ Error Runtime::deregister_file(void* handle) {
   // The caller may close the fd as soon as we return: no IO may still be using it.
   wait_for_zero(h->inflight);
   h->windows.reset();  // here, on the caller's thread: the last handle's unregisters the windows
+  h->vendor.reset();   // and NVIDIA's registration goes before the caller closes the fd
   return Error::none();
 }
+
+namespace {
+
+// What path 5 would do with a large aligned read of the file into GPU memory.
+void explain_vendor(const Session& s, const FileHandle& h, Runtime::FileReport* out) {
+  exec::Job job;
+  job.len = 16 << 20;
+  job.addr = 1ull << 32;
+  if (s.gpu) job.mem.kind = cuda::MemKind::device;
+  out->vendor = route::choose_vendor(vendor_facts(s, h, job, out->read, /*synchronous=*/true));
+  out->vendor_state = s.vendor_why;
+  out->vendor_refusal = h.vendor_refusal;
+}
+
+}  // namespace
 
 Error Runtime::explain_file(void* handle, FileReport* out) {
   auto s = session();
@@ -165,6 +198,7 @@ Error Runtime::explain_file(void* handle, FileReport* out) {
   out->read = route::choose_storage(f);
   out->copies_from_cache = route::copies_from_cache(f, out->read, /*staged=*/true);
   out->cache_dma_budget = s->pagecache_dma ? s->pagecache_dma->budget() : 0;
+  explain_vendor(*s, *h, out);
   return Error::none();
 }
 
@@ -184,6 +218,13 @@ Error Runtime::register_buffer(const void* base, size_t length) {
   reg->base = b;
   reg->length = length;
   reg->mem = mem;
+  // NVIDIA's driver pins GPU memory it is told of (its DMA then needs no bounce buffer); one it
+  // refuses still works through its own staging, so a refusal is only noted.
+  if (s->vendor && mem.kind == cuda::MemKind::device) {
+    std::string why;
+    reg->vendor = s->vendor->register_buffer(base, length, &why);
+    if (!reg->vendor) GPUFILE_LOG(LogLevel::info, "vendor path: NVIDIA's cuFileBufRegister refused %p: %s", base, why.c_str());
+  }
   std::lock_guard lock(s->buffers_mu);
   if (!s->buffers.emplace(b, std::move(reg)).second)
     return Error::of(Errc::buffer_already_registered);
@@ -196,6 +237,7 @@ Error Runtime::deregister_buffer(const void* base) {
   auto reg = take(s->buffers_mu, s->buffers, reinterpret_cast<uint64_t>(base));
   if (!reg) return Error::of(Errc::buffer_not_registered);
   wait_for_zero(reg->inflight);
+  reg->vendor.reset();  // now, not when the last Io lets go: the caller may free the memory next
   return Error::none();
 }
 

@@ -381,7 +381,7 @@ route::LoadFacts load_facts(const Session& s, const exec::Job& job, unsigned cal
 
 }  // namespace
 
-void Runtime::route_storage(Io& io) {
+route::StorageChoice Runtime::route_storage(Io& io) {
   exec::Job& job = io.job;
   FileHandle& f = *io.file_;
   route::StorageFacts facts = storage_facts(io.session_->settings, f, job.kind, job.len);
@@ -392,6 +392,54 @@ void Runtime::route_storage(Io& io) {
   job.windows = route::copies_from_cache(facts, c, job.staged()) ? f.windows.get() : nullptr;
   job.makes_windows = job.len <= kShortForWindows * io.session_->exec->config().slab_bytes;
   if (job.windows != nullptr) job.windows->take_changes();
+  return c;
+}
+
+namespace {
+
+// The bytes an IO must move to be complete: a read stops at the end of the file.
+uint64_t expected_bytes(const exec::Job& job) {
+  if (job.kind == sys::IoKind::write) return job.len;
+  return job.file_off >= job.file_size ? 0 : std::min(job.len, job.file_size - job.file_off);
+}
+
+}  // namespace
+
+std::optional<IoResult> Runtime::run_vendor(Io& io) {
+  exec::Job& job = io.job;
+  FileHandle& f = *io.file_;
+  vendor::Driver& nvidia = *io.session_->vendor;
+  // NVIDIA's registration is by base address: name the registered base and the offset into it.
+  const uint64_t base = io.buffer_ ? io.buffer_->base : job.addr;
+  const off_t buffer_offset = static_cast<off_t>(job.addr - base);
+  const off_t file_offset = static_cast<off_t>(job.file_off);
+  cuda::ScopedContext current(job.mem.context);
+  // gpufile's calls come after the work queued on the legacy default stream (LegacyStreamFence
+  // above); NVIDIA's DMA waits for no stream, so that work is waited for here.
+  if (const cuda::Driver* d = cuda::driver(); d && d->StreamQuery(nullptr) == cuda::CUDA_ERROR_NOT_READY)
+    d->StreamSynchronize(nullptr);
+  vendor::Outcome out =
+      job.kind == sys::IoKind::read
+          ? nvidia.read(*f.vendor, reinterpret_cast<void*>(base), job.len, file_offset, buffer_offset)
+          : nvidia.write(*f.vendor, reinterpret_cast<const void*>(base), job.len, file_offset,
+                         buffer_offset);
+  if (out.ok && out.bytes < expected_bytes(job)) {
+    out.ok = false;
+    out.error = "moved " + std::to_string(out.bytes) + " of " + std::to_string(expected_bytes(job)) + " bytes";
+  }
+  if (out.ok) {
+    const auto op = job.kind == sys::IoKind::read ? stats::Op::read : stats::Op::write;
+    stats::record_path(op, stats::Path::vendor, out.bytes);
+    stats::record_runners(op, out.bytes, 0);
+    return IoResult{out.bytes, Error::none()};
+  }
+  // Whatever NVIDIA moved is moved again (the same bytes to the same places) by gpufile's own
+  // paths, whose result alone is reported: a real disk error fails there too.
+  if (!f.vendor_dropped.exchange(true))
+    GPUFILE_LOG(LogLevel::warn, "vendor path: NVIDIA's %s failed on %s: %s; gpufile's own paths carry its IO from now on",
+                job.kind == sys::IoKind::read ? "cuFileRead" : "cuFileWrite",
+                sys::file_name(f.user_fd).c_str(), out.error.c_str());
+  return std::nullopt;
 }
 
 void Runtime::account(const Io& io, const IoResult& r) { record(io, r, false, 0); }
@@ -423,7 +471,9 @@ IoResult Runtime::run(Io& io) {
   if (job.len == 0) return {};
   Session& s = *io.session_;
   CallerCount callers(s.sync_calls);
-  route_storage(io);
+  const route::StorageChoice storage = route_storage(io);
+  if (s.vendor && route::choose_vendor(vendor_facts(s, *io.file_, job, storage, /*synchronous=*/true)).use)
+    if (std::optional<IoResult> r = run_vendor(io)) return *r;
   const route::LoadFacts facts = load_facts(s, job, callers.now());
   route::ThreadPlan plan = route::plan_threads(facts);
   exec::StagingLease lease;

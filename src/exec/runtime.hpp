@@ -12,6 +12,7 @@
 #include <chrono>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -96,6 +97,11 @@ class Runtime {
     // registered windows of this file, and the session's budget for them (0: the path is off).
     bool copies_from_cache = false;
     uint64_t cache_dma_budget = 0;
+    // Path 5: whether a large aligned read into GPU memory goes through NVIDIA's library, and
+    // why; the state of that library in the session; NVIDIA's refusal of this file, if any.
+    route::VendorChoice vendor;
+    std::string vendor_state;
+    std::string vendor_refusal;
   };
   Error explain_file(void* handle, FileReport* out);
 
@@ -168,7 +174,10 @@ class Runtime {
   Error open_locked();
   // Chooses between O_DIRECT and the page cache for the Io (route::choose_storage), asking the
   // page cache when the rules need it.
-  void route_storage(Io& io);
+  route::StorageChoice route_storage(Io& io);
+  // Runs a synchronous Io through NVIDIA's cuFileRead/cuFileWrite (path 5). nullopt when NVIDIA's
+  // library failed it: the file then keeps to gpufile's own paths, which run this Io again.
+  std::optional<IoResult> run_vendor(Io& io);
 
   mutable std::mutex mu_;
   std::shared_ptr<Session> session_;

@@ -16,6 +16,7 @@
 namespace gpufile {
 
 FileHandle::~FileHandle() {
+  vendor.reset();  // NVIDIA's registration holds our O_DIRECT descriptor: it goes first
   if (own_buffered >= 0) sys::os().close(own_buffered);
   if (own_direct >= 0) sys::os().close(own_direct);
 }
@@ -159,6 +160,46 @@ std::vector<std::string> describe_placement(const Session& s) {
   return lines;
 }
 
+namespace {
+
+// Opens NVIDIA's library for path 5, where the settings and the machine call for it. Never
+// fails the session: without it, gpufile's own paths carry everything.
+void open_vendor(Session& s) {
+  s.vendor = vendor::Driver::open(s.settings, &s.vendor_why);
+  if (!s.vendor) {
+    const bool asked = s.settings.vendor == VendorPolicy::on || !s.settings.vendor_library.empty();
+    GPUFILE_LOG(asked ? LogLevel::error : LogLevel::info, "vendor path: %s", s.vendor_why.c_str());
+    return;
+  }
+  const bool used = s.vendor_gds() || s.settings.vendor == VendorPolicy::on;
+  s.vendor_why = s.vendor->library() + ", driver: " + s.vendor->facts().describe() +
+                 (used ? "" : "; unused (gpufile.vendor = auto needs GPUDirect Storage)");
+  GPUFILE_LOG(LogLevel::info, "vendor path: %s", s.vendor_why.c_str());
+  // Compatibility mode alone would only add a layer: let NVIDIA's driver go now.
+  if (!used) s.vendor.reset();
+  s.vendor_compat_only = !used;
+}
+
+}  // namespace
+
+route::VendorFacts vendor_facts(const Session& s, const FileHandle& h, const exec::Job& job,
+                                const route::StorageChoice& storage, bool synchronous) {
+  route::VendorFacts f;
+  f.policy = s.settings.vendor;
+  // Loaded and closed again for want of GDS still counts as loaded: the reason is compat mode.
+  f.loaded = s.vendor != nullptr || s.vendor_compat_only;
+  f.driver_gds = s.vendor_gds();
+  f.file_accepted = h.vendor != nullptr && !h.vendor_dropped.load(std::memory_order_relaxed);
+  f.synchronous = synchronous;
+  f.device_memory = job.mem.kind == cuda::MemKind::device;
+  f.len = job.len;
+  f.file_offset = job.file_off;
+  f.address = job.addr;
+  f.small_io_bytes = s.settings.small_io_threshold_kb * 1024;
+  f.storage = storage;
+  return f;
+}
+
 Error start_session(Session& s) {
   s.gpu = cuda::driver() != nullptr;
   if (!s.gpu)
@@ -183,6 +224,8 @@ Error start_session(Session& s) {
   if (!s.exec->engine_note().empty() && s.settings.engine == EnginePolicy::automatic)
     GPUFILE_LOG(LogLevel::error, "%s", s.exec->engine_note().c_str());
   if (s.gpu) init_caller_staging(s, c, budget);
+  if (s.gpu) open_vendor(s);
+  else s.vendor_why = "no GPU";
   if (s.gpu && s.settings.pagecache_dma_mb > 0)
     s.pagecache_dma = std::make_shared<exec::PageCacheDma>(
         exec::pagecache_dma_budget(uint64_t{s.settings.pagecache_dma_mb} << 20,

@@ -21,6 +21,7 @@
 #include "exec/executor.hpp"
 #include "exec/job.hpp"
 #include "route/route.hpp"
+#include "vendor/nvidia.hpp"
 
 namespace gpufile {
 
@@ -38,6 +39,11 @@ struct FileHandle {
   // Its page-cache windows (exec/cache_windows.hpp), shared with the inode's other handles;
   // null when its reads never take that path.
   std::shared_ptr<exec::FileWindows> windows;
+  // Its registration with NVIDIA's driver (path 5), or why there is none.
+  std::shared_ptr<vendor::Driver::File> vendor;
+  std::string vendor_refusal;
+  // Set once an IO through NVIDIA's library failed: the file keeps to gpufile's paths after.
+  std::atomic<bool> vendor_dropped{false};
   std::atomic<int> inflight{0};
 
   ~FileHandle();
@@ -49,11 +55,19 @@ struct BufferRegistration {
   // What the driver said the memory is when it was registered: the caller promises it stays
   // allocated until deregistered, so IO on it need not ask again (one driver call per IO).
   cuda::MemInfo mem;
+  // Registered with NVIDIA's driver too (GPU memory, while path 5 is open), or null.
+  std::shared_ptr<vendor::Driver::Buffer> vendor;
   std::atomic<int> inflight{0};
 };
 
 struct Session {
   Settings settings;
+  // NVIDIA's libcufile with its driver open (path 5), or null; vendor_why says why not, or
+  // why it is open but unused (compatibility mode only).
+  std::shared_ptr<vendor::Driver> vendor;
+  std::string vendor_why;
+  bool vendor_compat_only = false;  // it loaded, reported no GDS, and was closed again (auto)
+  bool vendor_gds() const { return vendor && vendor->facts().gds(); }
   std::unique_ptr<exec::Executor> exec;
   exec::StagingPool small;  // callers' staging for small IO (up to small_io_kb)
   exec::StagingPool slabs;  // callers' staging for the pieces of larger IO (one slab each)
@@ -83,6 +97,10 @@ route::StorageFacts storage_facts(const Settings& s, const FileHandle& h, sys::I
 // Asks the page cache about [off, off+len) when the facts need it (one cachestat call), and
 // updates the file's guess with the answer.
 void ask_residency(FileHandle& h, uint64_t off, uint64_t len, route::StorageFacts& f);
+
+// The facts route::choose_vendor weighs for an IO of `job` on `h` (storage chosen already).
+route::VendorFacts vendor_facts(const Session& s, const FileHandle& h, const exec::Job& job,
+                                const route::StorageChoice& storage, bool synchronous);
 
 // Sets up a session from its settings: the executor and its workers, the callers' staging.
 Error start_session(Session& s);

@@ -35,6 +35,26 @@ const char* describe(Reason why) {
       return "copies straight out of registered page cache: the calling thread issues them all";
     case Reason::shared: return "the calling thread and idle workers share the pieces";
     case Reason::no_staging: return "no caller staging buffer free: the workers run it";
+    case Reason::vendor_off: return "gpufile.vendor is off: gpufile's own paths";
+    case Reason::vendor_not_loaded:
+      return "NVIDIA's libcufile is not loaded (gpufile check says why): gpufile's own paths";
+    case Reason::vendor_compat_only:
+      return "NVIDIA's driver reports no GPUDirect Storage (compat mode only: it would add a "
+             "layer): gpufile's own paths";
+    case Reason::vendor_file_refused:
+      return "NVIDIA's driver refused this file (or it was not offered: no O_DIRECT): gpufile's own "
+             "paths";
+    case Reason::vendor_asynchronous:
+      return "asynchronous IO (batch, stream, futures) stays on gpufile's workers";
+    case Reason::vendor_host_memory: return "host memory: gpufile reads into it directly";
+    case Reason::vendor_small: return "small IO (at or below gpufile.small_io_kb): gpufile's one-step path";
+    case Reason::vendor_unaligned:
+      return "offset, size or GPU address off the 4 KiB grid: gpufile's own paths";
+    case Reason::vendor_page_cache:
+      return "gpufile serves this range from the page cache: no disk read to hand over";
+    case Reason::vendor_direct:
+      return "large aligned IO in GPU memory on a file NVIDIA's driver accepts: NVIDIA's "
+             "cuFileRead/cuFileWrite (GPUDirect Storage)";
     case Reason::count: break;
   }
   return "?";
@@ -91,6 +111,23 @@ StorageChoice choose_storage(const StorageFacts& f) {
   // Data already in the page cache is served from there: O_DIRECT would read the disk again.
   const bool mostly_cold = f.residency->cached_pages * 2 < f.residency->total_pages;
   return {mostly_cold, false, mostly_cold ? Reason::not_cached : Reason::cached};
+}
+
+// ---- vendor direct --------------------------------------------------------------------------------
+
+VendorChoice choose_vendor(const VendorFacts& f) {
+  auto keep_own = [](Reason why) { return VendorChoice{false, why}; };
+  if (f.policy == VendorPolicy::off) return keep_own(Reason::vendor_off);
+  if (!f.loaded) return keep_own(Reason::vendor_not_loaded);
+  if (f.policy == VendorPolicy::automatic && !f.driver_gds) return keep_own(Reason::vendor_compat_only);
+  if (!f.file_accepted) return keep_own(Reason::vendor_file_refused);
+  if (!f.synchronous) return keep_own(Reason::vendor_asynchronous);
+  if (!f.device_memory) return keep_own(Reason::vendor_host_memory);
+  if (f.len <= f.small_io_bytes) return keep_own(Reason::vendor_small);
+  if (f.len % kVendorAlign != 0 || f.file_offset % kVendorAlign != 0 || f.address % kVendorAlign != 0)
+    return keep_own(Reason::vendor_unaligned);
+  if (!f.storage.direct) return keep_own(Reason::vendor_page_cache);
+  return {true, Reason::vendor_direct};
 }
 
 // ---- threads -------------------------------------------------------------------------------------

@@ -42,6 +42,17 @@ enum class Reason : int {
   from_page_cache,    // copies straight out of registered page cache: the caller issues them all
   shared,             // the caller and idle workers share the pieces
   no_staging,         // every caller staging buffer is in use: the workers run it
+  // vendor (NVIDIA's libcufile, path 5)
+  vendor_off,             // gpufile.vendor = off
+  vendor_not_loaded,      // no NVIDIA libcufile found, or it would not load or open
+  vendor_compat_only,     // NVIDIA's driver reports no GDS: it would only add a layer
+  vendor_file_refused,    // NVIDIA's driver refused the file (5027 in containers and VMs)
+  vendor_asynchronous,    // batch, stream and future IO stay on gpufile's workers
+  vendor_host_memory,     // the buffer is host memory: gpufile reads into it directly
+  vendor_small,           // at or below small_io_kb: gpufile's one-step path
+  vendor_unaligned,       // offset, size or address off the 4 KiB grid NVIDIA's DMA needs
+  vendor_page_cache,      // gpufile chose the page cache (cached range, tmpfs, policy)
+  vendor_direct,          // large aligned IO into GPU memory: NVIDIA's cuFileRead/cuFileWrite
   count
 };
 const char* describe(Reason why);
@@ -87,6 +98,35 @@ StorageChoice choose_storage(const StorageFacts& f);
 // caller's thread beat the per-call change-notice check and window lookups (4 KiB random reads
 // on the H200 lost 5-7% through the windows).
 bool copies_from_cache(const StorageFacts& f, const StorageChoice& c, bool staged);
+
+// ---- vendor direct (NVIDIA's libcufile) ----------------------------------------------------------
+
+// The grid NVIDIA's DMA wants: file offset, size and GPU address on it go straight to the GPU.
+inline constexpr uint64_t kVendorAlign = 4096;
+
+struct VendorFacts {
+  VendorPolicy policy = VendorPolicy::automatic;
+  bool loaded = false;         // NVIDIA's library is loaded and its driver open
+  bool driver_gds = false;     // its driver reports GDS: an nvidia-fs version, or P2PDMA
+  bool file_accepted = false;  // its driver registered this file
+  bool synchronous = true;     // the caller waits (cuFileRead/Write and the other sync APIs)
+  bool device_memory = false;  // the buffer is GPU memory (not managed, not host)
+  uint64_t len = 0;
+  uint64_t file_offset = 0;
+  uint64_t address = 0;        // the GPU address the bytes go to or come from
+  uint64_t small_io_bytes = 0; // gpufile.small_io_kb in bytes
+  StorageChoice storage;       // what gpufile's own paths would do with it
+};
+
+struct VendorChoice {
+  bool use = false;
+  Reason why = Reason::vendor_off;
+};
+
+// Whether NVIDIA's cuFileRead/cuFileWrite carries the IO. Only where gpufile itself would go to
+// the disk (O_DIRECT): a cached range is served better from the page cache, and a write must
+// land in registered page-cache windows (pages_registered) to keep them true.
+VendorChoice choose_vendor(const VendorFacts& f);
 
 // ---- threads -------------------------------------------------------------------------------------
 

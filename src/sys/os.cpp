@@ -136,6 +136,14 @@ FdPath fd_path(int fd) {
   return p;
 }
 
+std::string file_name(int fd) {
+  const FdPath link = fd_path(fd);
+  char target[4096];
+  const ssize_t n = ::readlink(link.text, target, sizeof target);
+  if (n <= 0 || static_cast<size_t>(n) == sizeof target) return link.text;
+  return std::string(target, static_cast<size_t>(n));
+}
+
 int Os::changes_open() { return neg_errno_or(::inotify_init1(IN_NONBLOCK | IN_CLOEXEC)); }
 
 int Os::changes_watch(int queue, int fd) {

@@ -6,6 +6,8 @@
 // read by callers.
 #pragma once
 
+#include <string>
+
 #include <sys/stat.h>
 #include <sys/types.h>
 
@@ -97,6 +99,8 @@ struct FdPath {
   char text[32];
 };
 FdPath fd_path(int fd);
+// The name of the file behind `fd`, for log lines (its /proc path when the kernel will not say).
+std::string file_name(int fd);
 
 // The Os in force. The real one unless a test installed another.
 Os& os();

@@ -28,7 +28,8 @@ void print_stats() {
            std::to_string(o.worker_bytes) + ", \"paths\": {\"staged_direct\": " +
            path(o.staged_direct) + ", \"page_cache\": " + path(o.page_cache) +
            ", \"host_direct\": " + path(o.host_direct) + ", \"small_io\": " + path(o.small_io) +
-           ", \"page_cache_dma\": " + path(o.page_cache_dma) + "}}";
+           ", \"page_cache_dma\": " + path(o.page_cache_dma) + ", \"vendor\": " + path(o.vendor) +
+           "}}";
   };
   std::printf("{\"pid\": %d, \"level\": %d, \"read\": %s, \"write\": %s}\n", static_cast<int>(::getpid()),
               s.level, op(s.read).c_str(), op(s.write).c_str());

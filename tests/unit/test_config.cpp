@@ -28,7 +28,7 @@ const char* const kVariables[] = {
     "CUFILE_SKIP_TOPOLOGY_DETECTION", "CUFILE_NVTX", "CUFILE_STREAM_MEMOPS_BYPASS",
     "GPUFILE_ENGINE", "GPUFILE_DIRECT_IO", "GPUFILE_WORKERS", "GPUFILE_SLAB_SIZE_KB",
     "GPUFILE_SLABS_PER_WORKER", "GPUFILE_RING_DEPTH", "GPUFILE_SMALL_IO_KB", "GPUFILE_LOG_LEVEL",
-    "GPUFILE_LOG_FILE", "GPUFILE_NUMA_PLACEMENT"};
+    "GPUFILE_LOG_FILE", "GPUFILE_NUMA_PLACEMENT", "GPUFILE_VENDOR", "GPUFILE_VENDOR_LIBRARY"};
 
 class ConfigTest : public ::testing::Test {
  protected:
@@ -501,6 +501,26 @@ TEST_F(ConfigTest, NumaPlacementFromJsonAndEnvironment) {
   EXPECT_EQ(r.settings.numa_placement, NumaPlacement::off);  // the json value is kept
   EXPECT_TRUE(mentions(r.problems, "GPUFILE_NUMA_PLACEMENT: node1 (allowed: auto|off)"));
   EXPECT_NE(settings_json(r.settings).find(R"("gpufile.numa_placement":"off")"), std::string::npos);
+}
+
+TEST_F(ConfigTest, VendorPathFromJsonAndEnvironment) {
+  EXPECT_EQ(resolve().settings.vendor, VendorPolicy::automatic);
+  EXPECT_EQ(resolve().settings.vendor_library, "");
+  write_json(R"({ "gpufile": { "vendor": "off", "vendor_library": "/opt/nv/libcufile.so.0" } })");
+  EXPECT_EQ(resolve().settings.vendor, VendorPolicy::off);
+  EXPECT_EQ(resolve().settings.vendor_library, "/opt/nv/libcufile.so.0");
+  setenv("GPUFILE_VENDOR", "On", 1);
+  setenv("GPUFILE_VENDOR_LIBRARY", "/usr/local/cuda/lib64/libcufile.so.0", 1);
+  Resolution r = resolve();
+  EXPECT_EQ(r.settings.vendor, VendorPolicy::on);
+  EXPECT_EQ(r.settings.vendor_library, "/usr/local/cuda/lib64/libcufile.so.0");
+  EXPECT_NE(settings_json(r.settings).find(R"("gpufile.vendor":"on")"), std::string::npos);
+  setenv("GPUFILE_VENDOR", "sometimes", 1);
+  r = resolve();
+  EXPECT_EQ(r.settings.vendor, VendorPolicy::off);  // the json value is kept
+  EXPECT_TRUE(mentions(r.problems, "GPUFILE_VENDOR: sometimes (allowed: auto|on|off)"));
+  write_json(R"({ "gpufile": { "vendor_library": 7 } })");
+  EXPECT_TRUE(mentions(resolve().problems, "gpufile.vendor_library"));
 }
 
 TEST(ConfigParse, BoolsAndChoices) {

@@ -201,8 +201,8 @@ struct StorageRow {
   Reason why;
 };
 
-template <typename Fn>
-StorageFacts with(StorageFacts f, Fn fn) {
+template <typename Facts, typename Fn>
+Facts with(Facts f, Fn fn) {
   fn(f);
   return f;
 }
@@ -304,6 +304,76 @@ TEST(CopiesFromCache, CachedReadsIntoTheGpuOfFilesWithWindows) {
   for (const CacheRow& r : rows) {
     SCOPED_TRACE(r.what);
     EXPECT_EQ(copies_from_cache(r.facts, choose_storage(r.facts), r.staged), r.copies);
+  }
+}
+
+// ---- vendor direct (NVIDIA's libcufile) ---------------------------------------------------------
+
+// A read NVIDIA's library takes: loaded with GDS, the file accepted, 4 MiB aligned into GPU
+// memory, and gpufile's own choice O_DIRECT.
+VendorFacts nvidia_read() {
+  VendorFacts f;
+  f.loaded = true;
+  f.driver_gds = true;
+  f.file_accepted = true;
+  f.device_memory = true;
+  f.len = 4 * MiB;
+  f.file_offset = 8 * MiB;
+  f.address = 1ull << 32;
+  f.small_io_bytes = 64 * KiB;
+  f.storage = StorageChoice{true, false, Reason::not_cached};
+  return f;
+}
+
+struct VendorRow {
+  const char* what;
+  VendorFacts facts;
+  bool use;
+  Reason why;
+};
+
+TEST(ChooseVendor, NvidiaTakesLargeAlignedGpuIoOnAcceptedFilesOnly) {
+  const VendorRow rows[] = {
+      {"large aligned GPU IO on an accepted file", nvidia_read(), true, Reason::vendor_direct},
+      {"a write too", with(nvidia_read(), [](auto& f) { f.storage.why = Reason::writes_direct; }), true,
+       Reason::vendor_direct},
+      {"off", with(nvidia_read(), [](auto& f) { f.policy = VendorPolicy::off; }), false, Reason::vendor_off},
+      {"off wins over everything", with(nvidia_read(), [](auto& f) { f.policy = VendorPolicy::off; f.loaded = false; }),
+       false, Reason::vendor_off},
+      {"not loaded", with(nvidia_read(), [](auto& f) { f.loaded = false; }), false, Reason::vendor_not_loaded},
+      {"compat mode only, auto", with(nvidia_read(), [](auto& f) { f.driver_gds = false; }), false,
+       Reason::vendor_compat_only},
+      {"compat mode only, forced on", with(nvidia_read(), [](auto& f) { f.driver_gds = false; f.policy = VendorPolicy::on; }),
+       true, Reason::vendor_direct},
+      {"file refused", with(nvidia_read(), [](auto& f) { f.file_accepted = false; }), false,
+       Reason::vendor_file_refused},
+      {"asynchronous", with(nvidia_read(), [](auto& f) { f.synchronous = false; }), false,
+       Reason::vendor_asynchronous},
+      {"host memory", with(nvidia_read(), [](auto& f) { f.device_memory = false; }), false,
+       Reason::vendor_host_memory},
+      {"at the small-IO threshold", with(nvidia_read(), [](auto& f) { f.len = 64 * KiB; }), false,
+       Reason::vendor_small},
+      {"just above it", with(nvidia_read(), [](auto& f) { f.len = 68 * KiB; }), true, Reason::vendor_direct},
+      {"small_io_kb 0: every aligned size", with(nvidia_read(), [](auto& f) { f.len = 4 * KiB; f.small_io_bytes = 0; }),
+       true, Reason::vendor_direct},
+      {"size off the grid", with(nvidia_read(), [](auto& f) { f.len = 4 * MiB + 512; }), false,
+       Reason::vendor_unaligned},
+      {"file offset off the grid", with(nvidia_read(), [](auto& f) { f.file_offset = 512; }), false,
+       Reason::vendor_unaligned},
+      {"GPU address off the grid", with(nvidia_read(), [](auto& f) { f.address += 256; }), false,
+       Reason::vendor_unaligned},
+      {"a cached range stays in the page cache",
+       with(nvidia_read(), [](auto& f) { f.storage = StorageChoice{false, false, Reason::cached}; }), false,
+       Reason::vendor_page_cache},
+      {"a write into registered page-cache windows",
+       with(nvidia_read(), [](auto& f) { f.storage = StorageChoice{false, false, Reason::pages_registered}; }),
+       false, Reason::vendor_page_cache},
+  };
+  for (const VendorRow& r : rows) {
+    SCOPED_TRACE(r.what);
+    const VendorChoice c = choose_vendor(r.facts);
+    EXPECT_EQ(c.use, r.use);
+    EXPECT_EQ(c.why, r.why) << describe(c.why);
   }
 }
 

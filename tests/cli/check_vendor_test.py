@@ -1,0 +1,58 @@
+#!/usr/bin/env python3
+"""`gpufile check FILE` names the vendor path (NVIDIA's libcufile) and says why a file takes it
+or not: against the CUDA driver double and the NVIDIA libcufile double (tests/support/fakecufile).
+
+usage: check_vendor_test.py GPUFILE_CLI FAKECUDA FAKECUFILE
+"""
+import os
+import subprocess
+import sys
+import tempfile
+
+
+def check(cli, path, **env):
+    full = dict(os.environ, **env)
+    out = subprocess.run([cli, "check", path], env=full, stdout=subprocess.PIPE,
+                         stderr=subprocess.STDOUT, text=True, timeout=60)
+    if out.returncode != 0:
+        sys.exit(f"gpufile check {path} failed ({out.returncode}):\n{out.stdout}")
+    return out.stdout
+
+
+def expect(text, *parts):
+    for part in parts:
+        if part not in text:
+            sys.exit(f"expected {part!r} in the output of gpufile check:\n{text}")
+
+
+def main():
+    cli, fakecuda, fakecufile = sys.argv[1:4]
+    base = {"GPUFILE_CUDA_LIBRARY": fakecuda, "GPUFILE_VENDOR_LIBRARY": fakecufile,
+            "GPUFILE_DIRECT_IO": "always", "FAKECUFILE_REFUSE": "refused"}
+    # In the build tree, not /tmp: O_DIRECT must work where the files are (tmpfs refuses it).
+    with tempfile.TemporaryDirectory(dir=os.getcwd()) as d:
+        accepted, refused = os.path.join(d, "data.bin"), os.path.join(d, "refused.bin")
+        for path in (accepted, refused):
+            with open(path, "wb") as f:
+                f.write(os.urandom(4 << 20))
+
+        out = check(cli, accepted, **base)
+        expect(out, "NVIDIA      " + fakecufile, "nvidia-fs 2.17",
+               "large reads vendor direct: NVIDIA's cuFileRead",
+               "on a file NVIDIA's driver accepts")
+
+        out = check(cli, refused, **base)
+        expect(out, "this file: ", "(5027)", "large reads staged direct",
+               "not NVIDIA's: NVIDIA's driver refused this file")
+
+        out = check(cli, accepted, **base, FAKECUFILE_MODE="compat")
+        expect(out, "compatibility mode only", "large reads staged direct",
+               "not NVIDIA's: NVIDIA's driver reports no GPUDirect Storage")
+
+        out = check(cli, accepted, **base, GPUFILE_VENDOR="off")
+        expect(out, "NVIDIA      off (gpufile.vendor)", "not NVIDIA's: gpufile.vendor is off")
+    print("ok")
+
+
+if __name__ == "__main__":
+    main()
