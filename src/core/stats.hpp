@@ -23,8 +23,9 @@ enum class Op : int { read = 0, write, count };
 // (exec/cache_windows.hpp), no kernel read and no staging. remote: an S3/HTTP object
 // (api/remote_file.cpp). One line per path: the enum, its name in every report (Python's
 // gpufile.stats(), `gpufile stats PID`, `gpufile demo`) and the shared-memory layout all
-// follow this list. A path added changes the segment's layout: bump kSegmentVersion
-// (core/stats_export.cpp).
+// follow this list. A path added changes the shared-memory segment's layout, which a
+// static_assert in core/stats_export.cpp catches: raise kSegmentVersion there; the C++ API
+// (include/gpufile/stats.hpp) has a field per path, mapped in cppapi/driver.cpp.
 #define GPUFILE_STATS_PATHS(X) \
   X(staged_direct)             \
   X(page_cache)                \

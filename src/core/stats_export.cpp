@@ -24,7 +24,10 @@ constexpr uint32_t kMagic = 0x54534647;  // "GFST"
 // another version refuses the segment instead of misreading it. 2: latency histograms per path,
 // per-device rows, the remote path.
 constexpr uint32_t kVersion = kSegmentVersion;
-static_assert(kSegmentVersion == 2, "Snapshot changed? check the layout comment above");
+// The size of version 2's Snapshot (LP64 Linux): a change of the counters fails
+// here, so that whoever changes them raises kSegmentVersion and then this size.
+static_assert(sizeof(Snapshot) == 5768 && kSegmentVersion == 2,
+              "stats::Snapshot changed: raise kSegmentVersion (core/stats_export.hpp) and this size");
 constexpr auto kPublishEvery = std::chrono::milliseconds(100);
 
 struct Header {
