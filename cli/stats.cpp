@@ -76,7 +76,9 @@ std::string bucket_label(int k) {
 
 std::string json(int pid, const stats::ReadResult& r) {
   const stats::Snapshot& s = r.snapshot;
-  std::string out = "{\"pid\": " + std::to_string(pid) + ", \"level\": " + std::to_string(s.level) +
+  std::string out = "{\"pid\": " + std::to_string(pid) +
+                    ", \"layout_version\": " + std::to_string(stats::kSegmentVersion) +
+                    ", \"level\": " + std::to_string(s.level) +
                     ", \"started\": " + (s.started ? "true" : "false") +
                     ", \"segments\": " + std::to_string(r.segments) +
                     ", \"published_unix_ns\": " + u64(r.published_unix_ns);

@@ -1,8 +1,10 @@
 """`gpufile stats PID` end to end: tests/cli/stats_pid_process.cpp (a gpufile program with stats
 level 3) does IO and prints its own statistics; the CLI, reading the process's shared-memory
-segment, must show the same numbers. Then: the segment goes when stats go off and when the
-process exits; one left by a process that died, or by an earlier process with the same pid, is
-removed by the reader; a process with stats off publishes nothing.
+segment, must show the same numbers (totals, paths, latency histograms and percentiles, device
+rows). Then: the segment goes when stats go off and when the process exits; one left by a process
+that died, or by an earlier process with the same pid, is removed by the reader; a process with
+stats off publishes nothing; a segment of another layout version is refused with a message naming
+it.
 
 Usage: stats_pid_test.py GPUFILE_CLI STATS_PID_PROCESS
 """
@@ -76,6 +78,7 @@ def main():
             r = cli(proc.pid, "--once", "--json")
             assert r.returncode == 0, r.stderr
             shown = json.loads(r.stdout)
+            assert shown["layout_version"] == 2, shown  # what the keys below follow
             check_same(own, shown)
             # Level 3 fills the size histogram: 4K, 16K, 64K, 256K and 1M reads, one 5M write.
             assert sum(shown["read"]["size_hist"]) == own["read"]["calls_ok"], shown["read"]
