@@ -219,8 +219,8 @@ void record_device(Op op, int device, uint64_t bytes, bool ok) {
 }
 
 void record_finished(Op op, Path path, int device, uint64_t bytes, uint64_t started, bool ok) {
-  if (!on(2)) return;  // level 0 and 1: one load, no clock read
-  if (ok && started != 0) record_latency(op, path, since(started));
+  if (!on(2) || started == 0) return;  // level 0 and 1: one load, no clock read
+  if (ok) record_latency(op, path, since(started));
   record_device(op, device, bytes, ok);
 }
 

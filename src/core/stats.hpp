@@ -94,8 +94,8 @@ uint64_t since(uint64_t started);
 
 // One user-visible IO finished (a call, a Future's completion, a batch entry): its latency
 // (from `started`, a call_started() value) into the histogram of its op and `path` (level 2;
-// nothing for a failed IO or one begun with stats off), its bytes and call into the row of
-// `device` (level 3; a CUDA device ordinal, or -1 for host memory).
+// not for a failed IO), its bytes and call into the row of `device` (level 3; a CUDA device
+// ordinal, or -1 for host memory). Nothing for an IO begun with stats off (`started` 0).
 void record_finished(Op op, Path path, int device, uint64_t bytes, uint64_t started, bool ok);
 // Its two parts, for a caller that measured the latency itself.
 void record_latency(Op op, Path path, uint64_t latency_ns);        // level >= 2

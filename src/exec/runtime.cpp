@@ -189,7 +189,9 @@ Error Runtime::prepare(sys::IoKind kind, void* handle, const void* base, uint64_
                        int64_t file_offset, int64_t buffer_offset, std::unique_ptr<Io>* out,
                        const cuda::MemInfo* base_mem, SeenFiles* seen) {
   auto io = std::make_unique<Io>();
-  io->started_ = stats::call_started();
+  // With base_mem this is a piece of a CUDA-stream op (capi/stream.cpp), not a user call: the
+  // call counters do not count those, nor do the latency histograms and device rows.
+  io->started_ = base_mem == nullptr ? stats::call_started() : 0;
   std::shared_ptr<Session> s;
   {
     std::lock_guard lock(mu_);

@@ -404,7 +404,7 @@ TEST_F(CapiTest, GetStatsL3ListsTheDriversGpus) {
   fake::set_gpu_count(3);
   ASSERT_EQ(cuFileSetStatsLevel(3).err, CU_FILE_SUCCESS);
   stats::record_call(stats::Op::read, 4096, 1000, true);
-  stats::record_finished(stats::Op::read, stats::Path::page_cache, 0, 4096, 0, true);
+  stats::record_device(stats::Op::read, 0, 4096, true);
   CUfileStatsLevel3_t l3;
   ASSERT_EQ(cuFileGetStatsL3(&l3).err, CU_FILE_SUCCESS);
   EXPECT_EQ(l3.num_gpus, 3u);
