@@ -15,7 +15,7 @@ thread per connection) on 127.0.0.1, in this process. RangeServer keeps its obje
 (a bytes object, each ranged GET copying its slice in Python: --serve memory); by default the
 object is written to a file in --dir, read twice so the page cache holds it, and served from
 there by sendfile (a subclass here, same replies). The server is Python either way, so its own
-speed bounds every case alike; the urllib-parallel row is close to what it can send.
+speed bounds every case alike; the server row measures what it sends.
 
 Cases, each in a fresh process, so that first-call costs (CUDA context, driver open, pinning,
 connections) land in the first read:
@@ -28,9 +28,15 @@ connections) land in the first read:
   urllib-parallel  --threads threads, each with its own http.client connection, ranged GETs of
                    --part-mib into one pinned host buffer (pinned at the first read, reused),
                    then one copy to the device array: the hand-written loader
-  boto3, gpufile-s3  with --s3 and AWS_ENDPOINT_URL(_S3) set and boto3 importable: the object
-                   is uploaded there once, then get_object().read() + cupy.asarray, and
-                   gpufile.open("s3://...").read(device array)
+  server           the same ranged GETs into the same pinned buffer, without the copy to the
+                   device (it runs after the clock stops, for the check): what the server sends
+                   over loopback to a client of --threads connections, the ceiling of the
+                   network half of every case
+  boto3, boto3-transfer, gpufile-s3  with --s3 and AWS_ENDPOINT_URL(_S3) set and boto3
+                   importable: the object is uploaded there once, then get_object().read() +
+                   cupy.asarray (one GET); download_fileobj with a TransferConfig of --threads
+                   threads and --part-mib parts into memory + cupy.asarray (boto3 tuned as its
+                   users tune it); and gpufile.open("s3://...").read(device array)
 
 A read is open + read of the whole object + close, into a device array allocated before the
 timer starts; the second read runs in the same process into the same array, zeroed between.
@@ -68,8 +74,9 @@ HTTP_CASES = [
     ("kvikio-t16", {"KVIKIO_NTHREADS": "16", "KVIKIO_TASK_SIZE": str(16 * MIB)}),
     ("urllib", {}),
     ("urllib-parallel", {}),
+    ("server", {}),
 ]
-S3_CASES = [("boto3", {}), ("gpufile-s3", {})]
+S3_CASES = [("boto3", {}), ("boto3-transfer", {}), ("gpufile-s3", {})]
 
 
 def object_bytes(size):
@@ -134,9 +141,10 @@ def get_range(conn, path, first, view):
         raise RuntimeError(f"GET bytes={first}-{last}: more bytes than asked for")
 
 
-def read_parallel(spec, dev, state):
+def read_parallel(spec, dev, state, copy=True):
     """The hand-written loader: threads take the next part from a shared counter, each through
-    its own connection; the parts land in one pinned buffer, then one copy to the device."""
+    its own connection; the parts land in one pinned buffer, then one copy to the device (none
+    with copy=False: the caller copies after its clock stopped)."""
     import cupy as cp
     size, part = spec["size"], spec["part_mib"] * MIB
     if "host" not in state:
@@ -167,9 +175,15 @@ def read_parallel(spec, dev, state):
         t.join()
     if failures:
         raise failures[0]
+    if not copy:
+        return None
     dev.set(state["host"])
     cp.cuda.runtime.deviceSynchronize()
     return dev
+
+
+def read_server(spec, dev, state):
+    return read_parallel(spec, dev, state, copy=False)
 
 
 def read_boto3(spec, dev, state):
@@ -185,13 +199,33 @@ def read_boto3(spec, dev, state):
     return cp.asarray(np.frombuffer(body, dtype=np.uint8))
 
 
+def read_boto3_transfer(spec, dev, state):
+    import boto3
+    import boto3.s3.transfer
+    import cupy as cp
+    import numpy as np
+    bucket, key = s3_parts(spec["s3"])
+    if "client" not in state:
+        state["client"] = boto3.client("s3")
+    config = boto3.s3.transfer.TransferConfig(max_concurrency=spec["threads"],
+                                              multipart_chunksize=spec["part_mib"] * MIB,
+                                              multipart_threshold=spec["part_mib"] * MIB)
+    body = io.BytesIO()
+    state["client"].download_fileobj(bucket, key, body, Config=config)
+    got = body.seek(0, io.SEEK_END)  # parts land out of order: the end, not the last position
+    if got != spec["size"]:
+        raise RuntimeError(f"boto3 download_fileobj got {got} of {spec['size']} bytes")
+    return cp.asarray(np.frombuffer(body.getbuffer(), dtype=np.uint8))
+
+
 def read_gpufile_s3(spec, dev, state):
     return read_gpufile(dict(spec, url=spec["s3"]), dev, state)
 
 
 READERS = {"gpufile": read_gpufile, "gpufile-c32-p16M": read_gpufile, "kvikio": read_kvikio,
            "kvikio-t16": read_kvikio, "urllib": read_urllib, "urllib-parallel": read_parallel,
-           "boto3": read_boto3, "gpufile-s3": read_gpufile_s3}
+           "server": read_server, "boto3": read_boto3, "boto3-transfer": read_boto3_transfer,
+           "gpufile-s3": read_gpufile_s3}
 
 
 def timed_read(spec, dev, state):
@@ -232,6 +266,9 @@ def worker(spec):
     state, result = {}, dict(spec, checked_bytes=0)
     for label in ("first", "second"):
         out, seconds = timed_read(spec, dev, state)
+        if out is None:  # the server case: its bytes reach the device for the check only
+            dev.set(state["host"])
+            out = dev
         ok = bool(cp.array_equal(out, expected))
         result[label + "_s"] = seconds
         result[label + "_gib_s"] = size / GIB / seconds
@@ -411,7 +448,7 @@ def print_table(rows, args):
                    key=lambda r: order.index(r["case"]))
     for r in cases:
         settings = " ".join(f"{k}={v}" for k, v in r.get("env", {}).items()) or "defaults"
-        if r["case"] == "urllib-parallel":
+        if r["case"] in ("urllib-parallel", "server", "boto3-transfer"):
             settings = f"{args.threads} threads x {args.part_mib} MiB"
         if "skipped" in r:
             print(f"| {r['case']} | - | skipped: {r['skipped']} | | | |")

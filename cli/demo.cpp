@@ -125,13 +125,10 @@ uint64_t verify_file(const std::string& path, uint64_t size) {
 }
 
 void print_paths(stats::Op op) {
-  static const char* names[] = {"staged direct", "page cache", "host direct", "small IO",
-                                "page cache DMA", "NVIDIA GDS"};
-  static_assert(std::size(names) == stats::kPaths);
   stats::Snapshot s = stats::snapshot();
   for (int p = 0; p < stats::kPaths; ++p) {
     const auto& t = s.paths[static_cast<int>(op)][p];
-    if (t.bytes) std::printf("    %-13s %10.3f GiB\n", names[p], gib(t.bytes));
+    if (t.bytes) std::printf("    %-14s %10.3f GiB\n", stats::kPathNames[p], gib(t.bytes));
   }
 }
 

@@ -17,12 +17,10 @@
 namespace gpufile::cli {
 namespace {
 
+using stats::kOpNames;
 using stats::kOps;
+using stats::kPathNames;
 using stats::kPaths;
-
-const char* const kOpNames[kOps] = {"read", "write"};
-const char* const kPathNames[kPaths] = {"staged_direct", "page_cache", "host_direct", "small_io",
-                                        "page_cache_dma", "vendor"};
 
 struct Options {
   int pid = 0;
@@ -36,7 +34,8 @@ int usage() {
       "usage: gpufile stats PID [--once] [--json] [--interval SECONDS]\n"
       "  the live IO counters of gpufile process PID (its stats level must be 1 or more:\n"
       "  profile.cufile_stats in cufile.json, cuFileSetStatsLevel, or a setting of the API),\n"
-      "  refreshed every second until it exits; --once prints them once, --json as JSON\n",
+      "  refreshed every second until it exits; --once prints them once, --json as JSON.\n"
+      "  Latency percentiles need level 2, the per-GPU rows level 3.\n",
       stderr);
   return 2;
 }
@@ -77,7 +76,9 @@ std::string bucket_label(int k) {
 
 std::string json(int pid, const stats::ReadResult& r) {
   const stats::Snapshot& s = r.snapshot;
-  std::string out = "{\"pid\": " + std::to_string(pid) + ", \"level\": " + std::to_string(s.level) +
+  std::string out = "{\"pid\": " + std::to_string(pid) +
+                    ", \"layout_version\": " + std::to_string(stats::kSegmentVersion) +
+                    ", \"level\": " + std::to_string(s.level) +
                     ", \"started\": " + (s.started ? "true" : "false") +
                     ", \"segments\": " + std::to_string(r.segments) +
                     ", \"published_unix_ns\": " + u64(r.published_unix_ns);
@@ -90,8 +91,11 @@ std::string json(int pid, const stats::ReadResult& r) {
            ", \"paths\": {";
     for (int p = 0; p < kPaths; ++p)
       out += std::string(p ? ", " : "") + "\"" + kPathNames[p] + "\": {\"bytes\": " +
-             u64(s.paths[op][p].bytes) + ", \"ops\": " + u64(s.paths[op][p].ops) + "}";
-    out += "}, \"size_hist\": [";
+             u64(s.paths[op][p].bytes) + ", \"ops\": " + u64(s.paths[op][p].ops) +
+             ", \"latency\": " + stats::latency_json(s.paths[op][p].latency_hist) + "}";
+    uint64_t latency[stats::kLatencyBuckets] = {};
+    stats::add_latency(s, static_cast<stats::Op>(op), latency);
+    out += "}, \"latency\": " + stats::latency_json(latency) + ", \"size_hist\": [";
     for (int k = 0; k < stats::kHistogramBuckets; ++k)
       out += (k ? ", " : "") + u64(t.size_hist[k]);
     out += "]}";
@@ -100,8 +104,62 @@ std::string json(int pid, const stats::ReadResult& r) {
   out += ", \"batch\": {\"submits\": " + u64(b.submit.ok) + ", \"entries\": " +
          u64(b.entries_submitted) + ", \"completed\": " + u64(b.complete.ok) +
          ", \"failed\": " + u64(b.complete.err) + ", \"read_bytes\": " + u64(b.bytes[0]) +
-         ", \"write_bytes\": " + u64(b.bytes[1]) + "}}";
+         ", \"write_bytes\": " + u64(b.bytes[1]) + "}, \"devices\": " + stats::devices_json(s) +
+         "}";
   return out;
+}
+
+// "<64" (microseconds under which the percentile's bucket lies), ">=1073741824" for the
+// open-ended last bucket, "-" for no calls.
+std::string percentile_text(const uint64_t (&hist)[stats::kLatencyBuckets], double q) {
+  const int k = stats::percentile_bucket(hist, q);
+  if (k < 0) return "-";
+  const uint64_t below = stats::latency_bucket_below_us(k);
+  return below ? "<" + u64(below) : ">=" + u64(stats::percentile_us(hist, q));
+}
+
+void print_latency_row(const char* op, const char* path,
+                       const uint64_t (&hist)[stats::kLatencyBuckets]) {
+  uint64_t calls = 0;
+  for (uint64_t n : hist) calls += n;
+  if (calls == 0) return;
+  std::printf("  %-6s %-15s", op, path);
+  for (const stats::Percentile& p : stats::kPercentiles)
+    std::printf(" %12s", percentile_text(hist, p.q).c_str());
+  std::printf(" %10llu\n", static_cast<unsigned long long>(calls));
+}
+
+// Percentiles per operation, over all paths and per path (level 2).
+void print_latency(const stats::Snapshot& s) {
+  if (s.level < 2) return;
+  std::printf("  latency, us (the bucket each percentile falls in):\n  %-22s", "");
+  for (const stats::Percentile& p : stats::kPercentiles) std::printf(" %12s", p.name);
+  std::printf(" %10s\n", "calls");
+  for (int op = 0; op < kOps; ++op) {
+    uint64_t all[stats::kLatencyBuckets] = {};
+    stats::add_latency(s, static_cast<stats::Op>(op), all);
+    print_latency_row(kOpNames[op], "all paths", all);
+    for (int p = 0; p < kPaths; ++p)
+      print_latency_row("", kPathNames[p], s.paths[op][p].latency_hist);
+  }
+}
+
+// One row per device that saw IO (level 3).
+void print_devices(const stats::Snapshot& s) {
+  if (s.level < 3) return;
+  std::printf("  %-10s %12s %8s %14s %12s %8s %14s\n", "device", "reads", "failed", "GiB read",
+              "writes", "failed", "GiB written");
+  for (int row = 0; row < stats::kDeviceRows; ++row) {
+    if (!stats::device_row_used(s, row)) continue;
+    const stats::DeviceTotals& rd = s.devices[row][0];
+    const stats::DeviceTotals& wr = s.devices[row][1];
+    const std::string name = row < stats::kMaxGpus ? "GPU " + u64(row) : stats::device_row_name(row);
+    std::printf("  %-10s %12llu %8llu %14.3f %12llu %8llu %14.3f\n", name.c_str(),
+                static_cast<unsigned long long>(rd.calls.ok),
+                static_cast<unsigned long long>(rd.calls.err), gib(rd.bytes),
+                static_cast<unsigned long long>(wr.calls.ok),
+                static_cast<unsigned long long>(wr.calls.err), gib(wr.bytes));
+  }
 }
 
 // One screen: totals, and each operation's GiB/s since the previous screen (`before`).
@@ -148,6 +206,8 @@ void print_text(int pid, const stats::ReadResult& r, const stats::Snapshot* befo
                 static_cast<unsigned long long>(b.entries_submitted),
                 static_cast<unsigned long long>(b.complete.ok),
                 static_cast<unsigned long long>(b.complete.err));
+  print_latency(s);
+  print_devices(s);
   std::fflush(stdout);
 }
 
@@ -168,8 +228,16 @@ int explain(int pid, const stats::ReadResult& r) {
       std::fprintf(stderr, "\n");
       break;
     case stats::ReadStatus::mismatch:
-      std::fprintf(stderr, "gpufile stats: process %d publishes stats of another gpufile version\n",
-                   pid);
+      if (r.found_version)
+        std::fprintf(stderr,
+                     "gpufile stats: process %d publishes stats in layout version %u; this "
+                     "gpufile reads version %u: use the gpufile CLI of that process's release\n",
+                     pid, r.found_version, stats::kSegmentVersion);
+      else
+        std::fprintf(stderr,
+                     "gpufile stats: process %d publishes stats of another gpufile build "
+                     "(same layout version %u, other size), or its segment is damaged\n",
+                     pid, stats::kSegmentVersion);
       break;
     default:
       std::fprintf(stderr, "gpufile stats: cannot read the stats of process %d: %s\n", pid,

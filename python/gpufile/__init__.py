@@ -32,6 +32,7 @@ from ._gpufile import (
 )
 from ._gpufile import stats as _runtime_stats
 from ._gpufile import stats_reset as _runtime_stats_reset
+from ._gpufile import _latency_summary
 from ._arrays import DeviceArray
 
 __version__ = "0.1.0"
@@ -67,17 +68,22 @@ def open(path: "str | os.PathLike[str]", mode: str = "r") -> "File | RemoteFile 
 
 
 def stats() -> dict:
-    """Per-operation calls, bytes and bytes per data path, the stats level and the pinned
-    staging held now, for this process: gpufile's runtime, plus, when the HDF5 plugin is loaded
+    """This process's IO counters, for gpufile's runtime, plus, when the HDF5 plugin is loaded
     here, its own copy of the runtime (added in; its driver's counters under "hdf5_driver",
-    see gpufile.hdf5.counters)."""
+    see gpufile.hdf5.counters). Per operation ("read", "write"): calls, bytes, a latency
+    histogram with percentiles ("latency") and per data path ("paths") bytes, pieces and
+    latency; "devices": calls and bytes per GPU ordinal ("0", "1", ...), "host" memory and
+    "other_gpus" (ordinals past 31); then the stats level and the pinned staging held now.
+    Bytes per path are always counted; calls from stats level 1, latency histograms from 2,
+    devices from 3 (docs/python.md, "Statistics")."""
     out = _runtime_stats()
     from . import hdf5
     plugin = hdf5.runtime_stats()
     if plugin is not None:
-        for op in ("read", "write"):
-            _add(out[op], plugin[op])
+        for key in ("read", "write", "devices"):
+            _add(out[key], plugin[key])
         out["pinned_staging_bytes"] += plugin["pinned_staging_bytes"]
+        _derive_latency(out)
         out["hdf5_driver"] = hdf5.counters()
     return out
 
@@ -90,8 +96,24 @@ def stats_reset() -> None:
 
 
 def _add(into: dict, more: dict) -> None:
+    """Adds counters of `more` into `into`: nested dicts key by key (a key only `more` has is
+    copied), histograms bucket by bucket. Percentiles ("..._us") cannot be added: they are
+    derived again afterwards (_derive_latency)."""
     for key, value in more.items():
-        if isinstance(value, dict):
+        if key not in into:
+            into[key] = value
+        elif isinstance(value, dict):
             _add(into[key], value)
-        else:
+        elif isinstance(value, list):
+            into[key] = [a + b for a, b in zip(into[key], value)]
+        elif not key.endswith("_us"):
             into[key] += value
+
+
+def _derive_latency(d: dict) -> None:
+    """Every "latency" histogram in `d` gets its percentiles again from its buckets."""
+    for key, value in d.items():
+        if key == "latency":
+            d[key] = _latency_summary(value["buckets"])
+        elif isinstance(value, dict):
+            _derive_latency(value)

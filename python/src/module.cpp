@@ -5,7 +5,9 @@
 #include <nanobind/nanobind.h>
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/optional.h>
+#include <nanobind/stl/vector.h>
 
+#include <algorithm>
 #include <cstring>
 #include <iterator>
 #include <memory>
@@ -506,6 +508,16 @@ nb::object stats_dict() {
   return json_loads(stats::summary_json(stats::snapshot(), cuda::live_pinned_bytes()));
 }
 
+// gpufile.stats() adds the HDF5 plugin's histograms to the extension's, then derives their
+// percentiles again through this: one derivation (core/stats) for every report.
+nb::object latency_summary(const std::vector<uint64_t>& buckets) {
+  if (buckets.size() != stats::kLatencyBuckets)
+    throw nb::value_error("a latency histogram has 32 buckets");
+  uint64_t hist[stats::kLatencyBuckets];
+  std::copy(buckets.begin(), buckets.end(), hist);
+  return json_loads(stats::latency_json(hist));
+}
+
 }  // namespace
 }  // namespace gpufile::py
 
@@ -630,6 +642,8 @@ NB_MODULE(_gpufile, m) {
         "Sets one setting (cufile.json key) for the next driver open; ValueError if refused.");
   m.def("stats", &stats_dict, "Per-operation counters and bytes per data path.");
   m.def("stats_reset", [] { stats::reset(); });
+  m.def("_latency_summary", &latency_summary, "buckets"_a,
+        "The percentiles of a latency histogram (as in stats()), from its bucket counts.");
   m.def("driver_open", [] {
     if (Error e = Runtime::instance().open()) raise(e, "driver open");
   });

@@ -8,15 +8,10 @@
 #include <mutex>
 #include <thread>
 
+#include "core/stats.hpp"
 #include "sys/os.hpp"
 
 namespace gpufile::api {
-
-namespace {
-
-using Clock = std::chrono::steady_clock;
-
-}  // namespace
 
 std::optional<int> open_flags(std::string_view mode) {
   std::string m;
@@ -138,7 +133,7 @@ Error File::size(uint64_t* out) const {
 IoResult File::run(sys::IoKind kind, const void* buf, uint64_t size, int64_t file_offset,
                    int64_t buf_offset) {
   if (fd_ < 0) return {0, Error::sys(EBADF)};
-  const auto t0 = Clock::now();
+  const uint64_t t0 = stats::call_started();
   IoResult r =
       Runtime::instance().read_write(kind, handle_, buf, size, file_offset, buf_offset);
   Runtime::count_call(kind, r, t0);
@@ -156,7 +151,7 @@ IoResult File::write(const void* buf, uint64_t size, int64_t file_offset, int64_
 Error File::start(sys::IoKind kind, const void* buf, uint64_t size, int64_t file_offset,
                   std::unique_ptr<Future>* out, int64_t buf_offset) {
   if (fd_ < 0) return Error::sys(EBADF);
-  const auto t0 = Clock::now();
+  const uint64_t t0 = stats::call_started();
   std::unique_ptr<Io> io;
   if (Error e = Runtime::instance().prepare(kind, handle_, buf, size, file_offset, buf_offset,
                                                 &io)) {

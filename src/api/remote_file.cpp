@@ -4,10 +4,32 @@
 #include <chrono>
 #include <cstring>
 
+#include "core/stats.hpp"
 #include "cuda/memory.hpp"
 #include "exec/session.hpp"
 
 namespace gpufile::api {
+namespace {
+
+// The GPU that `buf` is on, or -1 for host memory. Asked of the driver only when the
+// per-device rows are collected (stats level 3): a remote call needs no device otherwise.
+int device_for_stats(const void* buf) {
+  if (!stats::collecting(3)) return -1;
+  cuda::MemInfo mem;
+  if (cuda::classify(buf, &mem) || !mem.needs_staging()) return -1;
+  return mem.device;
+}
+
+// Counts one remote read or write call: the call (cuFile's statistics), its bytes under the
+// "remote" path, and its latency and device.
+void count_remote(sys::IoKind kind, const void* buf, const IoResult& r, uint64_t started) {
+  Runtime::count_call(kind, r, started);
+  const stats::Op op = kind == sys::IoKind::read ? stats::Op::read : stats::Op::write;
+  if (r.ok() && r.bytes > 0) stats::record_path(op, stats::Path::remote, r.bytes);
+  stats::record_finished(op, stats::Path::remote, device_for_stats(buf), r.bytes, started, r.ok());
+}
+
+}  // namespace
 
 remote::Failure RemoteFile::open(const std::string& url, std::unique_ptr<RemoteFile>* out) {
   remote::Options o;
@@ -28,9 +50,9 @@ void RemoteFile::close() {
 
 IoResult RemoteFile::read(void* buf, uint64_t size, uint64_t offset, remote::Failure* why) {
   if (closed_) return {0, Error::sys(EBADF)};
-  const auto t0 = std::chrono::steady_clock::now();
+  const uint64_t t0 = stats::call_started();
   IoResult r = Runtime::instance().read_remote(*object_, buf, size, offset, why);
-  Runtime::count_call(sys::IoKind::read, r, t0);
+  count_remote(sys::IoKind::read, buf, r, t0);
   return r;
 }
 
@@ -46,10 +68,10 @@ Error RemoteFile::start(void* buf, uint64_t size, uint64_t offset, std::unique_p
   std::shared_ptr<Running> running(new Running{running_});
   // The task holds the object too, so it stays until the read ended.
   *out = Future::spawn([obj = object_, running, buf, size, offset](std::string* message) {
-    const auto t0 = std::chrono::steady_clock::now();
+    const uint64_t t0 = stats::call_started();
     remote::Failure why;
     IoResult r = Runtime::instance().read_remote(*obj, buf, size, offset, &why);
-    Runtime::count_call(sys::IoKind::read, r, t0);
+    count_remote(sys::IoKind::read, buf, r, t0);
     *message = std::move(why.message);
     return r;
   });
@@ -96,6 +118,13 @@ remote::Failure RemoteWriter::flush_part() {
 }
 
 IoResult RemoteWriter::write(const void* buf, uint64_t size, remote::Failure* why) {
+  const uint64_t t0 = stats::call_started();
+  IoResult r = append(buf, size, why);
+  count_remote(sys::IoKind::write, buf, r, t0);
+  return r;
+}
+
+IoResult RemoteWriter::append(const void* buf, uint64_t size, remote::Failure* why) {
   if (done_) {
     *why = {EBADF, url() + ": the upload is over (closed, aborted or failed)"};
     return {0, Error::sys(EBADF)};

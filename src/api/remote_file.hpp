@@ -69,6 +69,7 @@ class RemoteWriter {
  private:
   RemoteWriter() = default;
   remote::Failure flush_part();
+  IoResult append(const void* buf, uint64_t size, remote::Failure* why);
   remote::Failure fail(remote::Failure f);
 
   std::unique_ptr<remote::Upload> upload_;

@@ -52,7 +52,7 @@ Error build_entries(const CUfileIOParams_t* params, unsigned nr, std::vector<Bat
 }
 
 Error submit(CUfileBatchHandle_t batch_idp, unsigned nr, CUfileIOParams_t* iocbp) {
-  auto t0 = std::chrono::steady_clock::now();
+  const uint64_t t0 = stats::call_started();
   auto batch = batches::find(batch_idp);
   if (!batch || iocbp == nullptr || nr == 0) return Error::of(Errc::invalid_argument);
   // NVIDIA's library answers an oversized or unusable submission with
@@ -63,8 +63,7 @@ Error submit(CUfileBatchHandle_t batch_idp, unsigned nr, CUfileIOParams_t* iocbp
   uint64_t rd = 0, wr = 0;
   Error e = build_entries(iocbp, nr, &entries, &rd, &wr);
   if (e.ok()) e = batch->submit(entries);
-  auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - t0);
-  stats::record_batch_submit(e.ok(), nr, rd, wr, static_cast<uint64_t>(ns.count()));
+  stats::record_batch_submit(e.ok(), nr, rd, wr, stats::since(t0));
   if (e && e.code != Errc::batch_full) return refused;
   return e;
 }

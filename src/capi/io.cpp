@@ -3,6 +3,7 @@
 #include <chrono>
 
 #include "capi/capi.hpp"
+#include "core/stats.hpp"
 #include "exec/runtime.hpp"
 
 using gpufile::IoResult;
@@ -12,7 +13,7 @@ namespace {
 
 ssize_t read_write(gpufile::sys::IoKind kind, CUfileHandle_t fh, const void* base, size_t size,
                    off_t file_offset, off_t buffer_offset) noexcept {
-  auto t0 = std::chrono::steady_clock::now();
+  const uint64_t t0 = gpufile::stats::call_started();
   IoResult r;
   try {
     r = Runtime::instance().read_write(kind, fh, base, size, file_offset, buffer_offset);

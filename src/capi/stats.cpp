@@ -3,7 +3,10 @@
 //
 // gpufile has no nvidia-fs: every IO goes through the kernel's file interface, so cuFile's
 // "posix" counters carry what cuFile would show in compat mode, and the nvfs/p2p ones stay 0.
-// Counters are not split per GPU: the first GPU's L3 entry carries all of them.
+// L2's histograms are cuFile's size histograms (gpufile's latency histograms have no place in
+// cuFile's structs: gpufile.stats() and `gpufile stats PID` show them). L3's per-GPU entries
+// come from the per-device rows (bytes, calls, failures); buffer registrations, not counted
+// per GPU, are on the first GPU's entry.
 #include <algorithm>
 #include <cstring>
 #include <span>
@@ -84,23 +87,24 @@ void fill_batch(const stats::BatchTotals& b, CUfileStatsLevel1_t& out) {
   out.last_batch_write_bytes = b.last_submit_bytes[kWrite];
 }
 
-void fill_gpu_totals(const stats::Snapshot& s, CUfilePerGpuStats_t& g) {
-  const stats::OpTotals& r = s.ops[kRead];
-  const stats::OpTotals& w = s.ops[kWrite];
-  const stats::Rates rr = stats::rates(r);
-  const stats::Rates wr = stats::rates(w);
+// GPU `ordinal`'s row of the per-device counters (level 3): bytes, calls and failures. Every
+// gpufile IO is what cuFile calls compat-mode ("posix") IO, so the posix counts are the calls.
+// Durations and bandwidths are not measured per GPU: they stay 0.
+void fill_gpu(const stats::Snapshot& s, int ordinal, CUfilePerGpuStats_t& g) {
+  const stats::DeviceTotals& r = s.devices[stats::device_row(ordinal)][kRead];
+  const stats::DeviceTotals& w = s.devices[stats::device_row(ordinal)][kWrite];
   g.read_bytes = r.bytes;
-  g.read_bw_bytes_per_sec = rr.bw_bytes_per_sec;
-  g.read_duration_us = rr.lat_sum_us;
   g.n_total_reads = r.calls.ok;
-  g.n_posix_reads = stats::posix_ops(s, stats::Op::read);
+  g.n_posix_reads = r.calls.ok;
   g.n_reads_err = r.calls.err;
   g.writes_bytes = w.bytes;
-  g.write_bw_bytes_per_sec = wr.bw_bytes_per_sec;
-  g.write_duration_us = wr.lat_sum_us;
   g.n_total_writes = w.calls.ok;
-  g.n_posix_writes = stats::posix_ops(s, stats::Op::write);
+  g.n_posix_writes = w.calls.ok;
   g.n_writes_err = w.calls.err;
+}
+
+// Buffer registrations are not counted per GPU: the first GPU's entry carries them all.
+void fill_registrations(const stats::Snapshot& s, CUfilePerGpuStats_t& g) {
   g.n_mmap = s.buffer_register.ok + s.buffer_register.err;
   g.n_mmap_ok = s.buffer_register.ok;
   g.n_mmap_err = s.buffer_register.err;
@@ -167,9 +171,11 @@ void fill_stats_l3(const stats::Snapshot& s, std::span<const cuda::CUuuid> gpus,
   out = CUfileStatsLevel3_t{};
   fill_stats_l2(s, out.detailed);
   out.num_gpus = static_cast<uint32_t>(std::min(gpus.size(), kMaxGpus));
-  for (uint32_t i = 0; i < out.num_gpus; ++i)
+  for (uint32_t i = 0; i < out.num_gpus; ++i) {
     std::memcpy(out.per_gpu_stats[i].uuid, gpus[i].bytes, CUFILE_GPU_UUID_LEN);
-  if (out.num_gpus > 0) fill_gpu_totals(s, out.per_gpu_stats[0]);
+    fill_gpu(s, static_cast<int>(i), out.per_gpu_stats[i]);
+  }
+  if (out.num_gpus > 0) fill_registrations(s, out.per_gpu_stats[0]);
 }
 
 }  // namespace gpufile::capi

@@ -3,7 +3,9 @@
 #include "core/stats_export.hpp"
 
 #include <atomic>
+#include <algorithm>
 #include <bit>
+#include <cmath>
 #include <chrono>
 #include <iterator>
 #include <mutex>
@@ -33,6 +35,12 @@ struct AtomicOp {
 
 struct AtomicPath {
   A bytes{0}, ops{0};
+  A latency_hist[kLatencyBuckets] = {};
+};
+
+struct AtomicDevice {
+  AtomicCounter calls;
+  A bytes{0};
 };
 
 struct AtomicBatch {
@@ -54,6 +62,7 @@ struct State {
   std::atomic<bool> started{true};
   AtomicOp ops[kOps];
   AtomicPath paths[kOps][kPaths];
+  AtomicDevice devices[kDeviceRows][kOps];
   A caller_bytes[kOps] = {};  // record_runners
   A worker_bytes[kOps] = {};
   AtomicCounter handle_register, handle_deregister, buffer_register, buffer_deregister;
@@ -142,6 +151,12 @@ void reset() {
     for (AtomicPath& p : per_op) {
       clear(p.bytes);
       clear(p.ops);
+      clear(p.latency_hist);
+    }
+  for (auto& row : g.devices)
+    for (AtomicDevice& d : row) {
+      d.calls.clear();
+      clear(d.bytes);
     }
   clear(g.caller_bytes);
   clear(g.worker_bytes);
@@ -180,6 +195,33 @@ void record_path(Op op, Path path, uint64_t bytes) {
   AtomicPath& p = g.paths[static_cast<int>(op)][static_cast<int>(path)];
   p.bytes.fetch_add(bytes, R);
   p.ops.fetch_add(1, R);
+}
+
+uint64_t call_started() { return on(1) ? now_ns() : 0; }
+
+uint64_t since(uint64_t started) {
+  if (started == 0) return 0;
+  const uint64_t now = now_ns();
+  return now > started ? now - started : 0;
+}
+
+void record_latency(Op op, Path path, uint64_t latency_ns) {
+  if (!on(2)) return;
+  AtomicPath& p = g.paths[static_cast<int>(op)][static_cast<int>(path)];
+  p.latency_hist[latency_bucket(latency_ns)].fetch_add(1, R);
+}
+
+void record_device(Op op, int device, uint64_t bytes, bool ok) {
+  if (!on(3)) return;
+  AtomicDevice& d = g.devices[device_row(device)][static_cast<int>(op)];
+  d.calls.bump(ok);
+  if (ok) d.bytes.fetch_add(bytes, R);
+}
+
+void record_finished(Op op, Path path, int device, uint64_t bytes, uint64_t started, bool ok) {
+  if (!on(2) || started == 0) return;  // level 0 and 1: one load, no clock read
+  if (ok) record_latency(op, path, since(started));
+  record_device(op, device, bytes, ok);
 }
 
 void record_runners(Op op, uint64_t caller_bytes, uint64_t worker_bytes) {
@@ -258,8 +300,17 @@ Snapshot snapshot() {
     t.first_start_ns = o.first_start_ns.load(R);
     t.last_end_ns = o.last_end_ns.load(R);
     for (int k = 0; k < kHistogramBuckets; ++k) t.size_hist[k] = o.hist[k].load(R);
-    for (int p = 0; p < kPaths; ++p)
-      s.paths[i][p] = {g.paths[i][p].bytes.load(R), g.paths[i][p].ops.load(R)};
+    for (int p = 0; p < kPaths; ++p) {
+      const AtomicPath& from = g.paths[i][p];
+      PathTotals& to = s.paths[i][p];
+      to.bytes = from.bytes.load(R);
+      to.ops = from.ops.load(R);
+      for (int k = 0; k < kLatencyBuckets; ++k) to.latency_hist[k] = from.latency_hist[k].load(R);
+    }
+    for (int row = 0; row < kDeviceRows; ++row) {
+      s.devices[row][i].calls = g.devices[row][i].calls.load();
+      s.devices[row][i].bytes = g.devices[row][i].bytes.load(R);
+    }
     s.caller_bytes[i] = g.caller_bytes[i].load(R);
     s.worker_bytes[i] = g.worker_bytes[i].load(R);
   }
@@ -296,6 +347,54 @@ int size_bucket(uint64_t bytes) {
   if (kib < 2) return 0;
   const int log2 = std::bit_width(kib) - 1;
   return log2 < kHistogramBuckets ? log2 : kHistogramBuckets - 1;
+}
+
+int latency_bucket(uint64_t ns) {
+  const uint64_t us = ns / 1000;
+  const int k = std::bit_width(us);  // 0 for 0 us; k for [2^(k-1), 2^k) us
+  return k < kLatencyBuckets ? k : kLatencyBuckets - 1;
+}
+
+uint64_t latency_bucket_below_us(int k) {
+  return k >= 0 && k < kLatencyBuckets - 1 ? uint64_t{1} << k : 0;
+}
+
+int percentile_bucket(const uint64_t (&hist)[kLatencyBuckets], double q) {
+  uint64_t total = 0;
+  for (uint64_t n : hist) total += n;
+  if (total == 0) return -1;
+  // The rank of the wanted call, 1-based: at least the first, at most the last.
+  const double wanted = std::ceil(q * static_cast<double>(total));
+  const uint64_t rank = std::clamp<uint64_t>(static_cast<uint64_t>(wanted), 1, total);
+  uint64_t seen = 0;
+  for (int k = 0; k < kLatencyBuckets; ++k) {
+    seen += hist[k];
+    if (seen >= rank) return k;
+  }
+  return kLatencyBuckets - 1;  // not reached: seen ends at total
+}
+
+uint64_t percentile_us(const uint64_t (&hist)[kLatencyBuckets], double q) {
+  const int k = percentile_bucket(hist, q);
+  if (k < 0) return 0;
+  const uint64_t below = latency_bucket_below_us(k);
+  return below ? below : uint64_t{1} << (kLatencyBuckets - 2);
+}
+
+void add_latency(const Snapshot& s, Op op, uint64_t (&into)[kLatencyBuckets]) {
+  for (const PathTotals& p : s.paths[static_cast<int>(op)])
+    for (int k = 0; k < kLatencyBuckets; ++k) into[k] += p.latency_hist[k];
+}
+
+int device_row(int ordinal) {
+  if (ordinal < 0) return kHostRow;
+  return ordinal < kMaxGpus ? ordinal : kOtherGpusRow;
+}
+
+std::string device_row_name(int row) {
+  if (row == kHostRow) return "host";
+  if (row == kOtherGpusRow) return "other_gpus";
+  return std::to_string(row);
 }
 
 uint64_t per_second(uint64_t amount, uint64_t window_ns) {
@@ -335,27 +434,70 @@ uint64_t posix_ops(const Snapshot& s, Op op) {
          s.paths[i][static_cast<int>(Path::page_cache_dma)].ops;
 }
 
-std::string summary_json(const Snapshot& s, uint64_t pinned_staging_bytes) {
-  static const char* const kOpNames[kOps] = {"read", "write"};
-  static const char* const kPathNames[] = {"staged_direct", "page_cache", "host_direct",
-                                           "small_io", "page_cache_dma", "vendor"};
-  static_assert(std::size(kPathNames) == kPaths);
-  auto field = [](const char* name, uint64_t v) {
-    return "\"" + std::string(name) + "\": " + std::to_string(v);
-  };
+namespace {
+
+std::string field(const char* name, uint64_t v) {
+  return "\"" + std::string(name) + "\": " + std::to_string(v);
+}
+
+std::string path_json(const PathTotals& p) {
+  return "{" + field("bytes", p.bytes) + ", " + field("ops", p.ops) +
+         ", \"latency\": " + latency_json(p.latency_hist) + "}";
+}
+
+std::string op_json(const Snapshot& s, int op) {
+  const OpTotals& t = s.ops[op];
+  uint64_t latency[kLatencyBuckets] = {};
+  add_latency(s, static_cast<Op>(op), latency);
+  std::string out = "{" + field("calls_ok", t.calls.ok) + ", " + field("calls_failed", t.calls.err) +
+                    ", " + field("bytes", t.bytes) + ", \"latency\": " + latency_json(latency) +
+                    ", \"paths\": {";
+  for (int p = 0; p < kPaths; ++p)
+    out += std::string(p ? ", " : "") + "\"" + kPathNames[p] + "\": " + path_json(s.paths[op][p]);
+  return out + "}}";
+}
+
+}  // namespace
+
+bool device_row_used(const Snapshot& s, int row) {
+  for (const DeviceTotals& d : s.devices[row])
+    if (d.calls.ok || d.calls.err) return true;
+  return false;
+}
+
+std::string latency_json(const uint64_t (&hist)[kLatencyBuckets]) {
+  std::string out = "{\"buckets\": [";
+  for (int k = 0; k < kLatencyBuckets; ++k) out += (k ? ", " : "") + std::to_string(hist[k]);
+  out += "]";
+  const bool empty = percentile_bucket(hist, 1.0) < 0;
+  for (const Percentile& p : kPercentiles)
+    out += ", \"" + std::string(p.name) + "_us\": " +
+           (empty ? std::string("null") : std::to_string(percentile_us(hist, p.q)));
+  return out + "}";
+}
+
+// Only the rows that saw IO: 34 rows of zeros would bury the one GPU a process uses.
+std::string devices_json(const Snapshot& s) {
   std::string out = "{";
-  for (int op = 0; op < kOps; ++op) {
-    const OpTotals& t = s.ops[op];
-    out += "\"" + std::string(kOpNames[op]) + "\": {" + field("calls_ok", t.calls.ok) + ", " +
-           field("calls_failed", t.calls.err) + ", " + field("bytes", t.bytes) + ", \"paths\": {";
-    for (int p = 0; p < kPaths; ++p) {
-      out += std::string(p ? ", " : "") + "\"" + kPathNames[p] + "\": {" +
-             field("bytes", s.paths[op][p].bytes) + ", " + field("ops", s.paths[op][p].ops) + "}";
+  for (int row = 0; row < kDeviceRows; ++row) {
+    if (!device_row_used(s, row)) continue;
+    out += std::string(out.size() > 1 ? ", " : "") + "\"" + device_row_name(row) + "\": {";
+    for (int op = 0; op < kOps; ++op) {
+      const DeviceTotals& d = s.devices[row][op];
+      out += std::string(op ? ", " : "") + "\"" + kOpNames[op] + "\": {" +
+             field("calls_ok", d.calls.ok) + ", " + field("calls_failed", d.calls.err) + ", " +
+             field("bytes", d.bytes) + "}";
     }
-    out += "}}, ";
+    out += "}";
   }
-  out += field("level", static_cast<uint64_t>(s.level)) + ", " +
-         field("pinned_staging_bytes", pinned_staging_bytes) + "}";
+  return out + "}";
+}
+
+std::string summary_json(const Snapshot& s, uint64_t pinned_staging_bytes) {
+  std::string out = "{";
+  for (int op = 0; op < kOps; ++op) out += "\"" + std::string(kOpNames[op]) + "\": " + op_json(s, op) + ", ";
+  out += "\"devices\": " + devices_json(s) + ", " + field("level", static_cast<uint64_t>(s.level)) +
+         ", " + field("pinned_staging_bytes", pinned_staging_bytes) + "}";
   return out;
 }
 

@@ -20,19 +20,52 @@ enum class Op : int { read = 0, write, count };
 
 // The path a piece of a request took (docs/paths: DESIGN.md "The data path").
 // page_cache_dma: copied into the GPU straight out of registered page-cache pages
-// (exec/cache_windows.hpp), no kernel read and no staging.
-// vendor: moved by NVIDIA's own libcufile (path 5, src/vendor/nvidia.hpp).
-enum class Path : int { staged_direct = 0, page_cache, host_direct, small_io, page_cache_dma, vendor, count };
+// (exec/cache_windows.hpp), no kernel read and no staging. remote: an S3/HTTP object
+// (api/remote_file.cpp). vendor: moved by NVIDIA's own libcufile (path 5,
+// src/vendor/nvidia.hpp). One line per path: the enum, its name in every report (Python's
+// gpufile.stats(), `gpufile stats PID`, `gpufile demo`) and the shared-memory layout all
+// follow this list. A path added changes the shared-memory segment's layout, which a
+// static_assert in core/stats_export.cpp catches: raise kSegmentVersion there; the C++ API
+// (include/gpufile/stats.hpp) has a field per path, mapped in cppapi/driver.cpp.
+#define GPUFILE_STATS_PATHS(X) \
+  X(staged_direct)             \
+  X(page_cache)                \
+  X(host_direct)               \
+  X(small_io)                  \
+  X(page_cache_dma)            \
+  X(remote)                    \
+  X(vendor)
+
+#define GPUFILE_STATS_PATH_ENUMERATOR(name) name,
+enum class Path : int { GPUFILE_STATS_PATHS(GPUFILE_STATS_PATH_ENUMERATOR) count };
+#undef GPUFILE_STATS_PATH_ENUMERATOR
 
 inline constexpr int kOps = static_cast<int>(Op::count);
 inline constexpr int kPaths = static_cast<int>(Path::count);
 inline constexpr int kHistogramBuckets = 32;  // as cuFile's read/write_size_kb_hist
 inline constexpr int kMaxLevel = 3;
 
+#define GPUFILE_STATS_PATH_NAME(name) #name,
+inline constexpr const char* kPathNames[kPaths] = {GPUFILE_STATS_PATHS(GPUFILE_STATS_PATH_NAME)};
+#undef GPUFILE_STATS_PATH_NAME
+inline constexpr const char* kOpNames[kOps] = {"read", "write"};
+
+// Latency histogram of calls, in microseconds: bucket 0 holds calls under 1 us, bucket k
+// (1..30) those of [2^(k-1), 2^k) us, bucket 31 those of 2^30 us (18 minutes) and more.
+inline constexpr int kLatencyBuckets = 32;
+
+// Per-device rows: GPU ordinals 0..kMaxGpus-1 have a row each; IO into host memory has its
+// own row; GPUs of higher ordinals (rare: more than 32 in one process) share the last row.
+inline constexpr int kMaxGpus = 32;
+inline constexpr int kHostRow = kMaxGpus;
+inline constexpr int kOtherGpusRow = kMaxGpus + 1;
+inline constexpr int kDeviceRows = kMaxGpus + 2;
+
 // ---- control -----------------------------------------------------------------------------------
 
 // Level 0 collects nothing (but per-path counters), 1 the counters of cuFile's L1, 2 adds the
-// size histograms, 3 the per-GPU view. Returns false (level unchanged) outside 0..3.
+// size and latency histograms, 3 the per-device rows. Returns false (level unchanged) outside
+// 0..3.
 bool set_level(int level);
 int level();
 
@@ -54,6 +87,21 @@ void reset();
 void record_call(Op op, uint64_t bytes, uint64_t latency_ns, bool ok);
 // One piece of a request carried by `path` (a request split into chunks counts each chunk).
 void record_path(Op op, Path path, uint64_t bytes);
+
+// When a call began, for its latency: the steady clock in ns while stats are collected, else 0,
+// so that with stats off the data path reads no clock.
+uint64_t call_started();
+// Nanoseconds since `started` (a call_started() value); 0 for a call begun with stats off.
+uint64_t since(uint64_t started);
+
+// One user-visible IO finished (a call, a Future's completion, a batch entry): its latency
+// (from `started`, a call_started() value) into the histogram of its op and `path` (level 2;
+// not for a failed IO), its bytes and call into the row of `device` (level 3; a CUDA device
+// ordinal, or -1 for host memory). Nothing for an IO begun with stats off (`started` 0).
+void record_finished(Op op, Path path, int device, uint64_t bytes, uint64_t started, bool ok);
+// Its two parts, for a caller that measured the latency itself.
+void record_latency(Op op, Path path, uint64_t latency_ns);        // level >= 2
+void record_device(Op op, int device, uint64_t bytes, bool ok);  // level >= 3
 // Bytes of one request moved by its caller's own thread and by the IO workers.
 void record_runners(Op op, uint64_t caller_bytes, uint64_t worker_bytes);
 
@@ -90,6 +138,13 @@ struct OpTotals {
 struct PathTotals {
   uint64_t bytes = 0;
   uint64_t ops = 0;
+  uint64_t latency_hist[kLatencyBuckets] = {};  // level >= 2; bucket = latency_bucket(ns)
+};
+
+// The IO of one device row (kDeviceRows) in one direction.
+struct DeviceTotals {
+  Counter calls;
+  uint64_t bytes = 0;
 };
 
 struct BatchTotals {
@@ -108,6 +163,7 @@ struct Snapshot {
   bool started = true;
   OpTotals ops[kOps];
   PathTotals paths[kOps][kPaths];
+  DeviceTotals devices[kDeviceRows][kOps];  // level >= 3
   uint64_t caller_bytes[kOps] = {};  // moved by the calling threads themselves
   uint64_t worker_bytes[kOps] = {};  // moved by the IO workers
   Counter handle_register, handle_deregister, buffer_register, buffer_deregister;
@@ -122,6 +178,36 @@ Snapshot snapshot();
 // Histogram bucket of a transfer: floor(log2(size in KiB)); sizes under 2 KiB land in bucket 0,
 // sizes of 2^31 KiB and more in bucket 31.
 int size_bucket(uint64_t bytes);
+
+// Latency histogram bucket of a call of `ns` nanoseconds (kLatencyBuckets says which holds
+// what).
+int latency_bucket(uint64_t ns);
+// Microseconds that bucket k's calls stay under (2^k), or 0 for the last bucket, which has no
+// upper bound.
+uint64_t latency_bucket_below_us(int k);
+
+// A percentile from a latency histogram: the bucket holding the call at rank ceil(q * total)
+// (q in (0, 1]; q = 1 gives the slowest call's bucket). -1 for an empty histogram. Buckets
+// are powers of two wide: the true value lies in [below/2, below) of that bucket.
+int percentile_bucket(const uint64_t (&hist)[kLatencyBuckets], double q);
+
+// percentile_bucket as microseconds: what its bucket stays under (2^k), the last bucket's
+// lower bound (2^30: "at least"), 0 for an empty histogram.
+uint64_t percentile_us(const uint64_t (&hist)[kLatencyBuckets], double q);
+
+// The percentiles every report shows, by name ("p50", "p90", "p99", "p99.9", "max").
+struct Percentile {
+  const char* name;
+  double q;
+};
+inline constexpr Percentile kPercentiles[] = {
+    {"p50", 0.5}, {"p90", 0.9}, {"p99", 0.99}, {"p99.9", 0.999}, {"max", 1.0}};
+
+// One op's latency histogram over all paths.
+void add_latency(const Snapshot& s, Op op, uint64_t (&into)[kLatencyBuckets]);
+
+// The device row of a CUDA device ordinal (-1 = host memory).
+int device_row(int ordinal);
 
 // Rates over the active window of an operation: from the start of its first call to the end
 // of its last, so that concurrent calls count once. Zero when nothing was measured.
@@ -149,11 +235,28 @@ BatchRates batch_rates(const BatchTotals& b);
 uint64_t posix_ops(const Snapshot& s, Op op);
 
 // The summary gpufile.stats() gives, as a JSON object: per operation ("read", "write") the
-// calls that succeeded and failed, the bytes, and bytes and pieces per data path ("paths", by
-// the names of Path); then the stats level and `pinned_staging_bytes` (staging held now, which
-// the caller knows: core does not). One writer for the Python extension and the HDF5 plugin,
+// calls that succeeded and failed, the bytes, its latency histogram with percentiles
+// ("latency", latency_json), and per data path ("paths", by kPathNames) bytes, pieces and
+// latency; "devices": per device row with IO ("0".."31", "host", "other_gpus") and operation,
+// calls and bytes; then the stats level and `pinned_staging_bytes` (staging held now, which the
+// caller knows: core does not). One writer for the Python extension and the HDF5 plugin,
 // whose runtime is a copy of its own, so that gpufile.stats() can add the two up.
 std::string summary_json(const Snapshot& s, uint64_t pinned_staging_bytes);
+
+// {"buckets": [counts], "p50_us": N, ... "max_us": N}: each percentile as the microseconds
+// its bucket stays under; for the open-ended last bucket its lower bound (2^30); null for an
+// empty histogram.
+std::string latency_json(const uint64_t (&hist)[kLatencyBuckets]);
+
+// {"0": {"read": {"calls_ok", "calls_failed", "bytes"}, "write": {...}}, "host": ...}: the
+// device rows that saw IO, by device_row_name.
+std::string devices_json(const Snapshot& s);
+
+// Whether device row `row` saw any call.
+bool device_row_used(const Snapshot& s, int row);
+
+// The name of a device row: the ordinal, "host" or "other_gpus".
+std::string device_row_name(int row);
 
 // Bytes per second for `bytes` moved in `window_ns`; 0 for an empty window.
 uint64_t per_second(uint64_t amount, uint64_t window_ns);

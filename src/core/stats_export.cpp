@@ -20,7 +20,14 @@ namespace gpufile::stats {
 namespace {
 
 constexpr uint32_t kMagic = 0x54534647;  // "GFST"
-constexpr uint32_t kVersion = 1;
+// Raised whenever Snapshot's layout changes (a path, a counter, a bucket added): a reader of
+// another version refuses the segment instead of misreading it. 2: latency histograms per path,
+// per-device rows, the remote path.
+constexpr uint32_t kVersion = kSegmentVersion;
+// The size of version 2's Snapshot (LP64 Linux): a change of the counters fails
+// here, so that whoever changes them raises kSegmentVersion and then this size.
+static_assert(sizeof(Snapshot) == 6312 && kSegmentVersion == 3,
+              "stats::Snapshot changed: raise kSegmentVersion (core/stats_export.hpp) and this size");
 constexpr auto kPublishEvery = std::chrono::milliseconds(100);
 
 struct Header {
@@ -213,6 +220,12 @@ void add(Snapshot& into, const Snapshot& s) {
     for (int p = 0; p < kPaths; ++p) {
       into.paths[i][p].bytes += s.paths[i][p].bytes;
       into.paths[i][p].ops += s.paths[i][p].ops;
+      for (int k = 0; k < kLatencyBuckets; ++k)
+        into.paths[i][p].latency_hist[k] += s.paths[i][p].latency_hist[k];
+    }
+    for (int row = 0; row < kDeviceRows; ++row) {
+      add(into.devices[row][i].calls, s.devices[row][i].calls);
+      into.devices[row][i].bytes += s.devices[row][i].bytes;
     }
     into.caller_bytes[i] += s.caller_bytes[i];
     into.worker_bytes[i] += s.worker_bytes[i];
@@ -321,11 +334,17 @@ ReadResult read_published(int pid) {
       if (sys::os().shm_remove(name.c_str()) == 0) ++result.removed;
       continue;
     }
+    if (size >= sizeof(Header) && seg.header.magic == kMagic && seg.header.version != kVersion) {
+      result.found_version = seg.header.version;  // before the size check: versions differ in size
+      sys::os().unmap(mem, size);
+      result.status = ReadStatus::mismatch;
+      return result;
+    }
     Snapshot s;
     uint64_t published = 0;
     const bool ok = size >= sizeof(Segment) && seg.header.magic == kMagic &&
-                    seg.header.version == kVersion && seg.header.snapshot_size == sizeof(Snapshot) &&
-                    seg.header.pid == pid && copy_consistent(seg, &s, &published);
+                    seg.header.snapshot_size == sizeof(Snapshot) && seg.header.pid == pid &&
+                    copy_consistent(seg, &s, &published);
     sys::os().unmap(mem, size);
     if (!ok) {
       result.status = ReadStatus::mismatch;

@@ -23,6 +23,8 @@
 namespace gpufile::stats {
 
 inline constexpr int kMaxSegmentsPerProcess = 8;
+// The segment layout's version (its header's `version`): raised with every change of Snapshot.
+inline constexpr uint32_t kSegmentVersion = 3;
 
 // "/gpufile-stats-PID" (index 0) or "/gpufile-stats-PID.N": shm_open's name, under /dev/shm.
 std::string segment_name(int pid, int index);
@@ -37,7 +39,8 @@ enum class ReadStatus {
   ok,           // `out` holds the sum of the process's segments
   no_segment,   // the process runs but publishes nothing (stats off)
   not_running,  // no such process; its leftover segments, if any, were removed (`removed`)
-  mismatch,     // a segment of another gpufile version, or torn beyond retrying
+  mismatch,     // a segment of another layout version (`found_version`) or build, or torn
+                // beyond retrying
   error,        // the OS refused (errno in `error`)
 };
 
@@ -48,6 +51,7 @@ struct ReadResult {
   int removed = 0;   // stale segments removed
   int error = 0;
   uint64_t published_unix_ns = 0;  // the newest segment's last publication
+  uint32_t found_version = 0;      // mismatch: the segment's version when it is not ours (else 0)
 };
 
 // Reads the published counters of process `pid`.

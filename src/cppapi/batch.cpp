@@ -14,7 +14,6 @@ namespace gpufile {
 
 namespace {
 
-using Clock = std::chrono::steady_clock;
 
 void* cookie_of(std::uint64_t tag) { return reinterpret_cast<void*>(static_cast<uintptr_t>(tag)); }
 
@@ -103,12 +102,10 @@ std::vector<Batch::Entry> entries_of(std::span<const BatchOp> ops, uint64_t* rea
 
 void IoBatch::submit(std::span<const BatchOp> ops) {
   if (!impl_) cppapi::raise(errc::invalid_argument, "IoBatch::submit: a moved-from IoBatch");
-  const auto t0 = Clock::now();
+  const uint64_t t0 = stats::call_started();
   uint64_t read_bytes = 0, write_bytes = 0;
   auto record = [&](bool ok) {
-    const auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - t0);
-    stats::record_batch_submit(ok, ops.size(), read_bytes, write_bytes,
-                               static_cast<uint64_t>(ns.count()));
+    stats::record_batch_submit(ok, ops.size(), read_bytes, write_bytes, stats::since(t0));
   };
   std::vector<Batch::Entry> entries;
   try {

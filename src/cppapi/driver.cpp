@@ -1,6 +1,10 @@
 // The driver session, settings and statistics of the public API, over the runtime, the config
 // layer (settings by cufile.json key) and the stats counters: the same calls Python's
 // gpufile.settings(), set_setting() and stats() make.
+#include <algorithm>
+#include <iterator>
+#include <utility>
+
 #include <nlohmann/json.hpp>
 
 #include "capi/capi.hpp"
@@ -76,10 +80,33 @@ void set_setting(std::string_view key, bool value) {
 
 namespace {
 
+LatencyStats latency_stats(const uint64_t (&hist)[stats::kLatencyBuckets]) {
+  LatencyStats out;
+  std::copy(std::begin(hist), std::end(hist), out.buckets.begin());
+  out.p50_us = stats::percentile_us(hist, 0.5);
+  out.p90_us = stats::percentile_us(hist, 0.9);
+  out.p99_us = stats::percentile_us(hist, 0.99);
+  out.p999_us = stats::percentile_us(hist, 0.999);
+  out.max_us = stats::percentile_us(hist, 1.0);
+  return out;
+}
+
 PathStats path_stats(const stats::Snapshot& s, int op, stats::Path path) {
   const stats::PathTotals& t = s.paths[op][static_cast<int>(path)];
-  return {t.bytes, t.ops};
+  return {t.bytes, t.ops, latency_stats(t.latency_hist)};
 }
+
+// The public struct's field of each path (a path added to core/stats gets its line here).
+constexpr std::pair<stats::Path, PathStats OpStats::*> kPathFields[] = {
+    {stats::Path::staged_direct, &OpStats::staged_direct},
+    {stats::Path::page_cache, &OpStats::page_cache},
+    {stats::Path::host_direct, &OpStats::host_direct},
+    {stats::Path::small_io, &OpStats::small_io},
+    {stats::Path::page_cache_dma, &OpStats::page_cache_dma},
+    {stats::Path::remote, &OpStats::remote},
+    {stats::Path::vendor, &OpStats::vendor},
+};
+static_assert(std::size(kPathFields) == stats::kPaths, "a path of core/stats has no field here");
 
 OpStats op_stats(const stats::Snapshot& s, stats::Op which) {
   const int op = static_cast<int>(which);
@@ -87,15 +114,29 @@ OpStats op_stats(const stats::Snapshot& s, stats::Op which) {
   out.calls_ok = s.ops[op].calls.ok;
   out.calls_failed = s.ops[op].calls.err;
   out.bytes = s.ops[op].bytes;
-  out.staged_direct = path_stats(s, op, stats::Path::staged_direct);
-  out.page_cache = path_stats(s, op, stats::Path::page_cache);
-  out.host_direct = path_stats(s, op, stats::Path::host_direct);
-  out.small_io = path_stats(s, op, stats::Path::small_io);
-  out.page_cache_dma = path_stats(s, op, stats::Path::page_cache_dma);
-  out.vendor = path_stats(s, op, stats::Path::vendor);
+  for (const auto& [path, field] : kPathFields) out.*field = path_stats(s, op, path);
+  uint64_t latency[stats::kLatencyBuckets] = {};
+  stats::add_latency(s, which, latency);
+  out.latency = latency_stats(latency);
   out.caller_bytes = s.caller_bytes[op];
   out.worker_bytes = s.worker_bytes[op];
   return out;
+}
+
+DeviceStats device_stats(const stats::Snapshot& s, int row) {
+  DeviceStats d;
+  d.device = row == stats::kHostRow        ? DeviceStats::kHost
+             : row == stats::kOtherGpusRow ? DeviceStats::kOtherGpus
+                                           : row;
+  const stats::DeviceTotals& r = s.devices[row][static_cast<int>(stats::Op::read)];
+  const stats::DeviceTotals& w = s.devices[row][static_cast<int>(stats::Op::write)];
+  d.read_calls_ok = r.calls.ok;
+  d.read_calls_failed = r.calls.err;
+  d.read_bytes = r.bytes;
+  d.write_calls_ok = w.calls.ok;
+  d.write_calls_failed = w.calls.err;
+  d.write_bytes = w.bytes;
+  return d;
 }
 
 }  // namespace
@@ -107,6 +148,8 @@ Stats statistics() {
   out.read = op_stats(s, stats::Op::read);
   out.write = op_stats(s, stats::Op::write);
   out.pinned_staging_bytes = cuda::live_pinned_bytes();
+  for (int row = 0; row < stats::kDeviceRows; ++row)
+    if (stats::device_row_used(s, row)) out.devices.push_back(device_stats(s, row));
   return out;
 }
 

@@ -4,6 +4,8 @@
 #include <chrono>
 #include <unordered_map>
 
+#include "core/stats.hpp"
+
 namespace gpufile {
 
 Batch::~Batch() { cancel(); }
@@ -30,6 +32,8 @@ Error Batch::submit(std::vector<Entry>& entries) {
 void Batch::on_done(Io* io, void* cookie) {
   IoResult r = io->job.result();
   Runtime::account(*io, r);
+  const auto op = io->job.kind == sys::IoKind::read ? stats::Op::read : stats::Op::write;
+  stats::record_batch_complete(op, r.bytes, stats::since(io->started()), r.ok());
   BatchEvent ev;
   ev.cookie = cookie;
   ev.result = r;

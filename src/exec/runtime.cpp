@@ -189,6 +189,9 @@ Error Runtime::prepare(sys::IoKind kind, void* handle, const void* base, uint64_
                        int64_t file_offset, int64_t buffer_offset, std::unique_ptr<Io>* out,
                        const cuda::MemInfo* base_mem, SeenFiles* seen) {
   auto io = std::make_unique<Io>();
+  // With base_mem this is a piece of a CUDA-stream op (capi/stream.cpp), not a user call: the
+  // call counters do not count those, nor do the latency histograms and device rows.
+  io->started_ = base_mem == nullptr ? stats::call_started() : 0;
   std::shared_ptr<Session> s;
   {
     std::lock_guard lock(mu_);
@@ -270,13 +273,20 @@ stats::Path path_of(const exec::Job& j, bool one_piece_on_caller) {
   return j.staged() ? stats::Path::staged_direct : stats::Path::host_direct;
 }
 
-// Counts a finished Io's bytes under the path they took, and which threads moved them.
+// The device row of the Io's memory: its GPU, or -1 for host memory.
+int device_of(const exec::Job& j) { return j.mem.needs_staging() ? j.mem.device : -1; }
+
+// Counts a finished Io's bytes under the path they took, and which threads moved them; its
+// latency goes under the path that carried most of its bytes.
 void record(const Io& io, const IoResult& r, bool one_piece_on_caller, uint64_t caller_bytes) {
-  if (!r.ok() || r.bytes == 0) return;
   auto op = io.job.kind == sys::IoKind::read ? stats::Op::read : stats::Op::write;
   const uint64_t dma = std::min(r.bytes, io.job.window_bytes.load(std::memory_order_relaxed));
+  const stats::Path other = path_of(io.job, one_piece_on_caller);
+  const stats::Path most = dma >= r.bytes - dma && dma > 0 ? stats::Path::page_cache_dma : other;
+  stats::record_finished(op, most, device_of(io.job), r.bytes, io.started(), r.ok());
+  if (!r.ok() || r.bytes == 0) return;
   if (dma > 0) stats::record_path(op, stats::Path::page_cache_dma, dma);
-  if (r.bytes > dma) stats::record_path(op, path_of(io.job, one_piece_on_caller), r.bytes - dma);
+  if (r.bytes > dma) stats::record_path(op, other, r.bytes - dma);
   stats::record_runners(op, caller_bytes, r.bytes - std::min(caller_bytes, r.bytes));
 }
 
@@ -444,12 +454,10 @@ std::optional<IoResult> Runtime::run_vendor(Io& io) {
 
 void Runtime::account(const Io& io, const IoResult& r) { record(io, r, false, 0); }
 
-void Runtime::count_call(sys::IoKind kind, const IoResult& r,
-                         std::chrono::steady_clock::time_point started) {
-  const auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(
-      std::chrono::steady_clock::now() - started);
+void Runtime::count_call(sys::IoKind kind, const IoResult& r, uint64_t started) {
+  if (started == 0) return;  // begun with stats off: no clock was read for it
   stats::record_call(kind == sys::IoKind::read ? stats::Op::read : stats::Op::write, r.bytes,
-                     static_cast<uint64_t>(ns.count()), r.ok());
+                     stats::since(started), r.ok());
 }
 
 IoResult Runtime::run_on_this_thread(Io& io) {

@@ -42,6 +42,8 @@ class Io {
  public:
   ~Io();
   exec::Job job;
+  // stats::call_started() when prepared: the start of this IO's latency (0 with stats off).
+  uint64_t started() const { return started_; }
 
  private:
   friend class Runtime;
@@ -52,6 +54,7 @@ class Io {
   Session* session_ = nullptr;
   std::shared_ptr<FileHandle> file_;
   std::shared_ptr<BufferRegistration> buffer_;
+  uint64_t started_ = 0;
 };
 
 class Runtime {
@@ -139,13 +142,14 @@ class Runtime {
   // Starts Ios together (a batch): the workers see them all at once. Same session for all.
   void submit(Io* const* ios, size_t n);
 
-  // Counts the bytes of a finished Io under the path they took (stats::record_path).
-  // run() does this itself; submit()'s callers do it in their completion.
+  // Counts the bytes of a finished Io under the path they took (stats::record_path), and its
+  // latency and device (stats::record_finished). run() does this itself; submit()'s callers do
+  // it in their completion.
   static void account(const Io& io, const IoResult& r);
-  // Counts one read or write call that began at `started` (cuFile's call statistics; latency
-  // and bytes count for successful calls only). Every API layer calls this once per call.
-  static void count_call(sys::IoKind kind, const IoResult& r,
-                         std::chrono::steady_clock::time_point started);
+  // Counts one read or write call that began at `started`, a stats::call_started() value
+  // (cuFile's call statistics; latency and bytes count for successful calls only; nothing for a
+  // call begun with stats off). Every API layer calls this once per call.
+  static void count_call(sys::IoKind kind, const IoResult& r, uint64_t started);
   // ---- remote objects (src/io/remote; exec/remote.cpp) ----
   // The remote-object settings of the session (opening it if needed).
   Error remote_options(remote::Options* out);

@@ -16,23 +16,55 @@
 
 namespace {
 
+std::string u64(std::uint64_t v) { return std::to_string(v); }
+
+std::string path_json(const gpufile::PathStats& p) {
+  return "{\"bytes\": " + u64(p.bytes) + ", \"ops\": " + u64(p.ops) + "}";
+}
+
+std::string latency_json(const gpufile::LatencyStats& l) {
+  std::string out = "{\"buckets\": [";
+  for (std::size_t k = 0; k < l.buckets.size(); ++k) out += (k ? ", " : "") + u64(l.buckets[k]);
+  return out + "], \"p50_us\": " + u64(l.p50_us) + ", \"max_us\": " + u64(l.max_us) + "}";
+}
+
+std::string op_json(const gpufile::OpStats& o) {
+  return "{\"calls_ok\": " + u64(o.calls_ok) + ", \"calls_failed\": " + u64(o.calls_failed) +
+         ", \"bytes\": " + u64(o.bytes) + ", \"caller_bytes\": " + u64(o.caller_bytes) +
+         ", \"worker_bytes\": " + u64(o.worker_bytes) +
+         ", \"latency\": " + latency_json(o.latency) +
+         ", \"paths\": {\"staged_direct\": " + path_json(o.staged_direct) +
+         ", \"page_cache\": " + path_json(o.page_cache) +
+         ", \"host_direct\": " + path_json(o.host_direct) +
+         ", \"small_io\": " + path_json(o.small_io) +
+         ", \"page_cache_dma\": " + path_json(o.page_cache_dma) +
+         ", \"remote\": " + path_json(o.remote) +
+         ", \"vendor\": " + path_json(o.vendor) + "}}";
+}
+
+// Named as `gpufile stats PID --json` names the rows.
+std::string device_name(int device) {
+  if (device == gpufile::DeviceStats::kHost) return "host";
+  if (device == gpufile::DeviceStats::kOtherGpus) return "other_gpus";
+  return u64(static_cast<std::uint64_t>(device));
+}
+
+std::string devices_json(const std::vector<gpufile::DeviceStats>& devices) {
+  std::string out = "{";
+  for (const gpufile::DeviceStats& d : devices)
+    out += std::string(out.size() > 1 ? ", " : "") + "\"" + device_name(d.device) +
+           "\": {\"read\": {\"calls_ok\": " + u64(d.read_calls_ok) + ", \"calls_failed\": " +
+           u64(d.read_calls_failed) + ", \"bytes\": " + u64(d.read_bytes) +
+           "}, \"write\": {\"calls_ok\": " + u64(d.write_calls_ok) + ", \"calls_failed\": " +
+           u64(d.write_calls_failed) + ", \"bytes\": " + u64(d.write_bytes) + "}}";
+  return out + "}";
+}
+
 void print_stats() {
   const gpufile::Stats s = gpufile::statistics();
-  auto op = [](const gpufile::OpStats& o) {
-    auto path = [](const gpufile::PathStats& p) {
-      return "{\"bytes\": " + std::to_string(p.bytes) + ", \"ops\": " + std::to_string(p.ops) + "}";
-    };
-    return "{\"calls_ok\": " + std::to_string(o.calls_ok) + ", \"calls_failed\": " +
-           std::to_string(o.calls_failed) + ", \"bytes\": " + std::to_string(o.bytes) +
-           ", \"caller_bytes\": " + std::to_string(o.caller_bytes) + ", \"worker_bytes\": " +
-           std::to_string(o.worker_bytes) + ", \"paths\": {\"staged_direct\": " +
-           path(o.staged_direct) + ", \"page_cache\": " + path(o.page_cache) +
-           ", \"host_direct\": " + path(o.host_direct) + ", \"small_io\": " + path(o.small_io) +
-           ", \"page_cache_dma\": " + path(o.page_cache_dma) + ", \"vendor\": " + path(o.vendor) +
-           "}}";
-  };
-  std::printf("{\"pid\": %d, \"level\": %d, \"read\": %s, \"write\": %s}\n", static_cast<int>(::getpid()),
-              s.level, op(s.read).c_str(), op(s.write).c_str());
+  std::printf("{\"pid\": %d, \"level\": %d, \"read\": %s, \"write\": %s, \"devices\": %s}\n",
+              static_cast<int>(::getpid()), s.level, op_json(s.read).c_str(),
+              op_json(s.write).c_str(), devices_json(s.devices).c_str());
   std::fflush(stdout);
 }
 

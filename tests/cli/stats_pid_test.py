@@ -1,8 +1,10 @@
 """`gpufile stats PID` end to end: tests/cli/stats_pid_process.cpp (a gpufile program with stats
 level 3) does IO and prints its own statistics; the CLI, reading the process's shared-memory
-segment, must show the same numbers. Then: the segment goes when stats go off and when the
-process exits; one left by a process that died, or by an earlier process with the same pid, is
-removed by the reader; a process with stats off publishes nothing.
+segment, must show the same numbers (totals, paths, latency histograms and percentiles, device
+rows). Then: the segment goes when stats go off and when the process exits; one left by a process
+that died, or by an earlier process with the same pid, is removed by the reader; a process with
+stats off publishes nothing; a segment of another layout version is refused with a message naming
+it.
 
 Usage: stats_pid_test.py GPUFILE_CLI STATS_PID_PROCESS
 """
@@ -49,7 +51,15 @@ def check_same(own, shown):
     for op in ("read", "write"):
         for key in ("calls_ok", "calls_failed", "bytes", "caller_bytes", "worker_bytes"):
             assert shown[op][key] == own[op][key], (op, key, own[op], shown[op])
-        assert shown[op]["paths"] == own[op]["paths"], (op, own[op]["paths"], shown[op]["paths"])
+        assert set(shown[op]["paths"]) == set(own[op]["paths"]), (op, shown[op]["paths"])
+        for name, path in own[op]["paths"].items():
+            for key in ("bytes", "ops"):
+                assert shown[op]["paths"][name][key] == path[key], (op, name, path, shown[op])
+        # The latency histogram over all paths, and the percentiles derived from it.
+        assert shown[op]["latency"]["buckets"] == own[op]["latency"]["buckets"], (op, shown[op])
+        assert shown[op]["latency"]["p50_us"] == own[op]["latency"]["p50_us"], (op, shown[op])
+        assert shown[op]["latency"]["max_us"] == own[op]["latency"]["max_us"], (op, shown[op])
+    assert shown["devices"] == own["devices"], (own["devices"], shown["devices"])
 
 
 def main():
@@ -68,14 +78,32 @@ def main():
             r = cli(proc.pid, "--once", "--json")
             assert r.returncode == 0, r.stderr
             shown = json.loads(r.stdout)
+            assert shown["layout_version"] == 3, shown  # what the keys below follow
             check_same(own, shown)
             # Level 3 fills the size histogram: 4K, 16K, 64K, 256K and 1M reads, one 5M write.
             assert sum(shown["read"]["size_hist"]) == own["read"]["calls_ok"], shown["read"]
             assert sum(1 for n in shown["read"]["size_hist"] if n) >= 4, shown["read"]["size_hist"]
+            # Every call timed (level 2+), each under its path; all into host memory (level 3).
+            for op in ("read", "write"):
+                calls = own[op]["calls_ok"]
+                assert sum(shown[op]["latency"]["buckets"]) == calls, shown[op]["latency"]
+                per_path = sum(sum(p["latency"]["buckets"]) for p in shown[op]["paths"].values())
+                assert per_path == calls, shown[op]["paths"]
+                assert shown[op]["latency"]["p50_us"] <= shown[op]["latency"]["max_us"]
+                for q in ("p50_us", "p90_us", "p99_us", "p99.9_us", "max_us"):
+                    assert shown[op]["latency"][q] >= 1, (q, shown[op]["latency"])
+                host = shown["devices"]["host"][op]
+                assert host["calls_ok"] == calls and host["bytes"] == own[op]["bytes"], host
+            assert list(shown["devices"]) == ["host"], shown["devices"]
+            assert shown["read"]["paths"]["remote"]["bytes"] == 0
         text = cli(proc.pid, "--once")
         assert text.returncode == 0, text.stderr
         assert f"pid {proc.pid}, level 3" in text.stdout, text.stdout
         assert "read" in text.stdout and "paths:" in text.stdout, text.stdout
+        # gds_stats-like sections: percentiles per operation and path, a row per device.
+        assert "latency, us" in text.stdout and "p99.9" in text.stdout, text.stdout
+        assert "all paths" in text.stdout, text.stdout
+        assert "host" in text.stdout and "GiB read" in text.stdout, text.stdout
 
         # Live: a line a refresh, until the process exits; then the segment is gone.
         live = subprocess.Popen([CLI, "stats", str(proc.pid), "--json", "--interval", "0.1"],
@@ -109,6 +137,23 @@ def main():
         assert not os.path.exists(segment(proc.pid)), "the stale segment is still there"
         r = cli(proc.pid, "--once")
         assert r.returncode == 1 and "removed" not in r.stderr, r.stderr
+
+    # A segment of another layout version (an older or newer gpufile) for a live process: the
+    # reader refuses it and says which version it found; the segment stays (it is not stale).
+    sleeper = subprocess.Popen(["sleep", "60"])
+    try:
+        with open(segment(sleeper.pid), "wb") as f:
+            f.write(struct.pack("<II", 0x54534647, 1) + bytes(256))
+        for args in (("--once",), ("--once", "--json")):
+            r = cli(sleeper.pid, *args)
+            assert r.returncode == 1 and r.stdout == "", r
+            assert "layout version 1" in r.stderr and "reads version" in r.stderr, r.stderr
+        assert os.path.exists(segment(sleeper.pid))
+    finally:
+        sleeper.kill()
+        sleeper.wait()
+        if os.path.exists(segment(sleeper.pid)):
+            os.unlink(segment(sleeper.pid))
 
     # A segment naming a live process but left by an earlier one with the same pid (its start
     # time differs): the reader removes it rather than show its numbers.

@@ -88,6 +88,35 @@ TEST_F(Statistics, CountCallsBytesAndPaths) {
   EXPECT_EQ(gpufile::statistics().pinned_staging_bytes, 0u);
 }
 
+TEST_F(Statistics, LevelThreeTimesCallsAndCountsEachDevice) {
+  gpufile::set_setting("profile.cufile_stats", 3);
+  const std::string path = dir_.file("a");
+  write_file(path, random_bytes(1 << 20, 33));
+  gpufile::File f(path, "r");
+  gpufile::reset_statistics();
+  Memory host(Mem::pageable, 1 << 20), device(Mem::device, 1 << 20);
+  ASSERT_EQ(f.read(device.get(), 1 << 20, 0), 1u << 20);
+  ASSERT_EQ(f.pread(device.get(), 4096, 0).get(), 4096u);
+  ASSERT_EQ(f.read(host.get(), 8192, 0), 8192u);
+
+  const gpufile::Stats s = gpufile::statistics();
+  std::uint64_t timed = 0;
+  for (std::uint64_t n : s.read.latency.buckets) timed += n;
+  EXPECT_EQ(timed, 3u);
+  EXPECT_GE(s.read.latency.p50_us, 1u);
+  EXPECT_LE(s.read.latency.p50_us, s.read.latency.max_us);
+  ASSERT_EQ(s.devices.size(), 2u);  // GPU 0, then host memory
+  EXPECT_EQ(s.devices[0].device, 0);
+  EXPECT_EQ(s.devices[0].read_calls_ok, 2u);
+  EXPECT_EQ(s.devices[0].read_bytes, (1u << 20) + 4096);
+  EXPECT_EQ(s.devices[1].device, gpufile::DeviceStats::kHost);
+  EXPECT_EQ(s.devices[1].read_calls_ok, 1u);
+  EXPECT_EQ(s.devices[1].read_bytes, 8192u);
+  EXPECT_EQ(s.read.remote.bytes, 0u);
+  f.close();
+  gpufile::driver_close();
+}
+
 TEST_F(Statistics, CountPathsEvenWhenCallsAreNotCounted) {
   const std::string path = dir_.file("a");
   write_file(path, random_bytes(100000, 32));
@@ -98,6 +127,8 @@ TEST_F(Statistics, CountPathsEvenWhenCallsAreNotCounted) {
   const gpufile::Stats s = gpufile::statistics();
   EXPECT_EQ(s.level, 0);
   EXPECT_EQ(s.read.calls_ok, 0u);
+  EXPECT_EQ(s.read.latency.max_us, 0u);  // level 0: no call timed,
+  EXPECT_TRUE(s.devices.empty());       // no device counted
   EXPECT_EQ(s.read.staged_direct.bytes + s.read.page_cache.bytes + s.read.host_direct.bytes +
                 s.read.small_io.bytes,
             100000u);

@@ -4,6 +4,7 @@
 #include <set>
 
 #include "common.hpp"
+#include "core/stats.hpp"
 
 namespace capi_test {
 namespace {
@@ -242,6 +243,53 @@ TEST_F(BatchTest, MixedReadsAndWritesEveryMemoryKind) {
       EXPECT_EQ(cuFileBufDeregister(buf->ptr()).err, CU_FILE_SUCCESS);
     }
   }
+}
+
+// Each batch entry counts as a completion (L1), is timed from its submission (level 2) and
+// counted under the GPU of its buffer (level 3).
+TEST_F(BatchTest, EntriesAreTimedAndCountedPerDevice) {
+  SCOPED_TRACE("seed=" + std::to_string(seed_));
+  ASSERT_EQ(cuFileSetStatsLevel(3).err, CU_FILE_SUCCESS);
+  ASSERT_EQ(cuFileStatsReset().err, CU_FILE_SUCCESS);
+  size_t bytes = 0;
+  std::vector<Planned> p = plan(6, &bytes);
+  std::string why;
+  auto buf = Buffer::make(Mem::device, bytes, &why);
+  ASSERT_TRUE(buf) << why;
+  std::vector<CUfileIOParams_t> io = params(p, *buf);
+  CUfileBatchHandle_t b = nullptr;
+  ASSERT_EQ(cuFileBatchIOSetUp(&b, static_cast<unsigned>(io.size())).err, CU_FILE_SUCCESS);
+  ASSERT_EQ(cuFileBatchIOSubmit(b, static_cast<unsigned>(io.size()), io.data(), 0).err, CU_FILE_SUCCESS);
+  std::map<void*, CUfileIOEvents_t> seen;
+  ASSERT_NO_FATAL_FAILURE(reap_all(b, static_cast<unsigned>(io.size()), p, &seen));
+  cuFileBatchIODestroy(b);
+
+  uint64_t entries[2] = {}, moved[2] = {};
+  for (const Planned& e : p) {
+    if (e.size == 0) continue;  // no event, not counted
+    ++entries[e.write];
+    moved[e.write] += e.expect;
+  }
+  CUfileStatsLevel1_t l1{};
+  ASSERT_EQ(cuFileGetStatsL1(&l1).err, CU_FILE_SUCCESS);
+  EXPECT_EQ(l1.batch_complete_ops.ok, entries[0] + entries[1]);
+  EXPECT_EQ(l1.batch_read_bytes, moved[0]);
+  EXPECT_EQ(l1.batch_write_bytes, moved[1]);
+  const gpufile::stats::Snapshot s = gpufile::stats::snapshot();
+  for (int op = 0; op < 2; ++op) {
+    uint64_t timed[gpufile::stats::kLatencyBuckets] = {};
+    gpufile::stats::add_latency(s, static_cast<gpufile::stats::Op>(op), timed);
+    uint64_t n = 0;
+    for (uint64_t c : timed) n += c;
+    EXPECT_EQ(n, entries[op]) << (op ? "writes" : "reads");
+    EXPECT_EQ(s.devices[0][op].calls.ok, entries[op]);
+    EXPECT_EQ(s.devices[0][op].bytes, moved[op]);
+  }
+  CUfileStatsLevel3_t l3{};
+  ASSERT_EQ(cuFileGetStatsL3(&l3).err, CU_FILE_SUCCESS);
+  EXPECT_EQ(l3.per_gpu_stats[0].n_total_reads, entries[0]);
+  EXPECT_EQ(l3.per_gpu_stats[0].writes_bytes, moved[1]);
+  ASSERT_EQ(cuFileSetStatsLevel(0).err, CU_FILE_SUCCESS);
 }
 
 // min_nr == every entry with a long timeout returns them all in one call; a batch can be

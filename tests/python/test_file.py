@@ -1,6 +1,7 @@
 """gpufile.File: reads and writes between files and host or device memory, futures, stream IO,
 the buffer kinds it accepts, and the errors it raises."""
 import io
+import json
 import os
 import subprocess
 import sys
@@ -251,6 +252,96 @@ def test_settings_and_stats(data_file):
     assert gpufile.engine() in ("io_uring", "posix")
     gpufile.driver_close()  # the next test opens with defaults again
     assert gpufile.settings()["gpufile.workers"] == 0
+
+
+def test_stats_time_calls_and_count_devices(data_file):
+    # Level 3: every call timed under the path that carried it, and counted under the device
+    # its memory is on; reads into host memory have their own row.
+    path, _ = data_file(2 * MiB)
+    gpufile.driver_close()
+    gpufile.set_setting("profile.cufile_stats", 3)
+    try:
+        with gpufile.open(path) as f:
+            gpufile.stats_reset()
+            empty = gpufile.stats()
+            dev = gpufile.DeviceBuffer(2 * MiB)
+            assert f.read(dev) == 2 * MiB
+            assert f.pread(dev, 4096, 0).result() == 4096  # a Future: timed to its completion
+            assert f.read(bytearray(8192)) == 8192
+            st = gpufile.stats()
+    finally:
+        gpufile.driver_close()  # the next test opens with defaults (stats off) again
+    assert empty["level"] == 3 and empty["devices"] == {}
+    for op in ("read", "write"):
+        assert sum(empty[op]["latency"]["buckets"]) == 0
+        assert empty[op]["latency"]["p50_us"] is None  # no call: no percentile
+        assert "remote" in empty[op]["paths"]
+    read = st["read"]
+    assert read["calls_ok"] == 3
+    assert sum(read["latency"]["buckets"]) == 3
+    assert sum(sum(p["latency"]["buckets"]) for p in read["paths"].values()) == 3
+    lat = read["latency"]
+    assert 1 <= lat["p50_us"] <= lat["p90_us"] <= lat["p99_us"] <= lat["p99.9_us"] <= lat["max_us"]
+    assert st["devices"]["0"]["read"] == {"calls_ok": 2, "calls_failed": 0, "bytes": 2 * MiB + 4096}
+    assert st["devices"]["host"]["read"] == {"calls_ok": 1, "calls_failed": 0, "bytes": 8192}
+    assert sum(st["write"]["latency"]["buckets"]) == 0
+
+
+def test_stats_are_off_by_default(data_file):
+    path, _ = data_file(MiB)
+    gpufile.driver_close()
+    with gpufile.open(path) as f:
+        gpufile.stats_reset()
+        f.read(bytearray(MiB))
+        st = gpufile.stats()
+    assert st["level"] == 0
+    assert st["read"]["paths"]["page_cache"]["bytes"] + st["read"]["paths"]["small_io"]["bytes"] \
+        + st["read"]["paths"]["staged_direct"]["bytes"] + st["read"]["paths"]["host_direct"]["bytes"] \
+        == MiB  # bytes per path: always
+    assert st["read"]["calls_ok"] == 0 and sum(st["read"]["latency"]["buckets"]) == 0
+    assert st["devices"] == {}
+
+
+TWO_GPUS = r"""
+import json, gpufile
+gpufile.set_setting("profile.cufile_stats", 3)
+with gpufile.open(PATH) as f:
+    for device in (0, 1, 1):
+        f.read(gpufile.DeviceBuffer(1 << 20, device=device))
+print(json.dumps(gpufile.stats()["devices"]))
+"""
+
+
+@pytest.mark.skipif("fakecuda" not in os.environ.get("GPUFILE_CUDA_LIBRARY", ""),
+                    reason="two GPUs of the CUDA test double")
+def test_stats_count_each_gpu_on_its_own(data_file):
+    path, _ = data_file(MiB)
+    env = dict(os.environ, FAKECUDA_DEVICES="2")
+    out = subprocess.run([sys.executable, "-c", TWO_GPUS.replace("PATH", repr(str(path)))],
+                         env=env, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    devices = json.loads(out.stdout)
+    assert set(devices) == {"0", "1"}, devices
+    assert devices["0"]["read"] == {"calls_ok": 1, "calls_failed": 0, "bytes": MiB}
+    assert devices["1"]["read"] == {"calls_ok": 2, "calls_failed": 0, "bytes": 2 * MiB}
+
+
+def test_latency_percentiles_from_added_histograms():
+    # What gpufile.stats() does when the HDF5 plugin's runtime is added in: buckets add up,
+    # percentiles are derived again from the sum.
+    from gpufile import _add, _derive_latency
+    from gpufile._gpufile import _latency_summary
+    assert _latency_summary([0] * 32)["p50_us"] is None
+    one = {"latency": _latency_summary([0, 0, 9] + [0] * 29)}
+    other = {"latency": _latency_summary([0] * 31 + [1])}
+    assert one["latency"]["max_us"] == 4 and other["latency"]["p50_us"] == 1 << 30
+    _add(one, other)
+    _derive_latency(one)
+    assert one["latency"]["buckets"] == [0, 0, 9] + [0] * 28 + [1]
+    assert one["latency"]["p50_us"] == 4 and one["latency"]["p90_us"] == 4
+    assert one["latency"]["p99_us"] == one["latency"]["max_us"] == 1 << 30
+    with pytest.raises(ValueError, match="32 buckets"):
+        _latency_summary([1, 2])
 
 
 GIL_PROBE = r"""

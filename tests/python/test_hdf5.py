@@ -476,6 +476,9 @@ report(before=before, plugin=plugin, through_hdf5=through_hdf5, both=both,
     assert through_hdf5["hdf5_driver"]["bytes_read"] == plugin["read"]["bytes"]
     assert both["read"]["bytes"] == plugin["read"]["bytes"] + 4096
     assert both["read"]["calls_ok"] == plugin["read"]["calls_ok"] + 1
+    # Histograms add bucket by bucket (32 still); level 1 times nothing and counts no device.
+    assert len(both["read"]["latency"]["buckets"]) == 32 and both["read"]["latency"]["p50_us"] is None
+    assert both["devices"] == {}
     for stats in (plugin, both):
         assert sum(p["bytes"] for p in stats["read"]["paths"].values()) == stats["read"]["bytes"]
     for op in ("read", "write"):

@@ -109,6 +109,28 @@ def test_futures_in_flight_together(server, obj):
         np.testing.assert_array_equal(o, data[i << 20:(i + 1) << 20])
 
 
+def test_remote_reads_count_bytes_latency_and_device(server, obj):
+    # The "remote" path of gpufile.stats(): bytes and pieces (always), a latency per call
+    # (level 2), the device row of the memory read into (level 3: host memory here).
+    url, data = obj
+    gpufile.set_setting("profile.cufile_stats", 3)  # the driver opens with the first read
+    out = np.zeros(1 << 20, dtype=np.uint8)
+    with gpufile.open(url) as f:
+        gpufile.stats_reset()
+        assert f.read(out) == 1 << 20
+        assert f.pread(out, 4096, file_offset=5).result(timeout=30) == 4096
+    st = gpufile.stats()
+    remote = st["read"]["paths"]["remote"]
+    assert remote["bytes"] == (1 << 20) + 4096 and remote["ops"] == 2, remote
+    assert st["read"]["bytes"] == remote["bytes"] and st["read"]["calls_ok"] == 2
+    assert sum(remote["latency"]["buckets"]) == 2, remote["latency"]
+    assert st["read"]["latency"]["buckets"] == remote["latency"]["buckets"]
+    assert remote["latency"]["max_us"] >= remote["latency"]["p50_us"] >= 1
+    assert st["devices"] == {"host": {"read": {"calls_ok": 2, "calls_failed": 0,
+                                               "bytes": (1 << 20) + 4096},
+                                      "write": {"calls_ok": 0, "calls_failed": 0, "bytes": 0}}}
+
+
 def test_a_server_without_ranges(server, rng):
     server.ignore_range = True
     small = rng.bytes(PART // 2)

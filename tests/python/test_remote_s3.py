@@ -229,6 +229,28 @@ def test_write_from_host_memory_then_read_back(s3_env, rng):
     np.testing.assert_array_equal(read_all("s3://data/up/host.bin", data.size), data)
 
 
+def test_writes_count_under_the_remote_path(s3_env, rng):
+    # Each write call: a call and its bytes (level 1), the "remote" path's bytes (always), its
+    # latency (level 2, a part upload it set off included) and its device row (level 3).
+    data = rng.integers(0, 256, size=6 << 20, dtype=np.uint8)  # a part of 5 MiB goes mid-write
+    gpufile.driver_close()
+    gpufile.set_setting("profile.cufile_stats", 3)
+    try:
+        with gpufile.open("s3://data/up/counted.bin", "w") as w:
+            gpufile.stats_reset()
+            assert w.write(data[:4096]) == 4096
+            assert w.write(data, buf_offset=4096) == data.size - 4096
+            st = gpufile.stats()
+    finally:
+        gpufile.driver_close()  # the next test opens with defaults (stats off) again
+    remote = st["write"]["paths"]["remote"]
+    assert remote["bytes"] == data.size and remote["ops"] == 2, remote
+    assert st["write"]["calls_ok"] == 2 and st["write"]["bytes"] == data.size
+    assert sum(remote["latency"]["buckets"]) == 2, remote["latency"]
+    assert st["devices"]["host"]["write"] == {"calls_ok": 2, "calls_failed": 0,
+                                              "bytes": data.size}
+
+
 def test_write_from_a_thread_without_a_cuda_context(s3_env, rng):
     # zarr's store writes from asyncio's worker threads, where no CUDA context is current: the
     # writer makes one current to pin its part buffer (the driver refuses otherwise).

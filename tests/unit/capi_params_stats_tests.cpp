@@ -295,6 +295,9 @@ stats::Snapshot sample_snapshot() {
   s.batch.last_submit_bytes[1] = 4096;
   s.batch.first_submit_ns = 0;
   s.batch.last_complete_ns = 1'000'000'000;
+  s.devices[0][0] = {{2, 1}, 2 << 20};                // GPU 0: the two reads
+  s.devices[1][1] = {{1, 0}, 4096};                   // GPU 1: the write
+  s.devices[stats::kHostRow][0] = {{7, 0}, 70'000};   // host memory: in no GPU's entry
   return s;
 }
 
@@ -356,43 +359,52 @@ TEST(CapiStatsFill, Level2AddsHistograms) {
   EXPECT_EQ(l2.write_size_kb_hist[31], 0u);
 }
 
-TEST(CapiStatsFill, Level3PutsEverythingOnTheFirstGpu) {
-  cuda::CUuuid gpus[2];
+TEST(CapiStatsFill, Level3FillsEachGpuFromItsRow) {
+  cuda::CUuuid gpus[3];
   std::memset(gpus[0].bytes, 0xa1, 16);
   std::memset(gpus[1].bytes, 0xb2, 16);
+  std::memset(gpus[2].bytes, 0xc3, 16);
   CUfileStatsLevel3_t l3;
   std::memset(&l3, 0xff, sizeof l3);
   capi::fill_stats_l3(sample_snapshot(), gpus, l3);
   EXPECT_EQ(l3.detailed.basic.write_ops.ok, 1u);
   EXPECT_EQ(l3.detailed.read_size_kb_hist[10], 2u);
-  ASSERT_EQ(l3.num_gpus, 2u);
-  const CUfilePerGpuStats_t& g = l3.per_gpu_stats[0];
-  EXPECT_EQ(std::memcmp(g.uuid, gpus[0].bytes, 16), 0);
-  EXPECT_EQ(std::memcmp(l3.per_gpu_stats[1].uuid, gpus[1].bytes, 16), 0);
-  EXPECT_EQ(g.read_bytes, 2u << 20);
-  EXPECT_EQ(g.read_bw_bytes_per_sec, 4u << 20);
-  EXPECT_EQ(g.read_duration_us, 600'000u);
-  EXPECT_EQ(g.n_total_reads, 2u);
-  EXPECT_EQ(g.n_posix_reads, 4u);  // staged-direct + page-cache pieces
-  EXPECT_EQ(g.n_nvfs_reads, 0u);
-  EXPECT_EQ(g.n_p2p_reads, 0u);
-  EXPECT_EQ(g.n_reads_err, 1u);
-  EXPECT_EQ(g.writes_bytes, 4096u);
-  EXPECT_EQ(g.n_total_writes, 1u);
-  EXPECT_EQ(g.n_posix_writes, 0u);  // a host-direct piece is not a posix one
-  EXPECT_EQ(g.n_mmap, 3u);
-  EXPECT_EQ(g.n_mmap_ok, 2u);
-  EXPECT_EQ(g.n_mmap_err, 1u);
-  EXPECT_EQ(g.n_mmap_free, 1u);
-  EXPECT_EQ(g.reg_bytes, 1u << 21);
-  EXPECT_EQ(l3.per_gpu_stats[1].n_total_reads, 0u);
-  EXPECT_EQ(l3.per_gpu_stats[2].read_bytes, 0u);  // unused entries are zero
+  ASSERT_EQ(l3.num_gpus, 3u);
+  const CUfilePerGpuStats_t& g0 = l3.per_gpu_stats[0];
+  const CUfilePerGpuStats_t& g1 = l3.per_gpu_stats[1];
+  EXPECT_EQ(std::memcmp(g0.uuid, gpus[0].bytes, 16), 0);
+  EXPECT_EQ(std::memcmp(g1.uuid, gpus[1].bytes, 16), 0);
+  EXPECT_EQ(g0.read_bytes, 2u << 20);
+  EXPECT_EQ(g0.n_total_reads, 2u);
+  EXPECT_EQ(g0.n_posix_reads, 2u);  // every gpufile IO is compat-mode IO in cuFile's terms
+  EXPECT_EQ(g0.n_nvfs_reads, 0u);
+  EXPECT_EQ(g0.n_p2p_reads, 0u);
+  EXPECT_EQ(g0.n_reads_err, 1u);
+  EXPECT_EQ(g0.writes_bytes, 0u);
+  EXPECT_EQ(g0.read_bw_bytes_per_sec, 0u);  // not measured per GPU
+  EXPECT_EQ(g1.read_bytes, 0u);
+  EXPECT_EQ(g1.writes_bytes, 4096u);
+  EXPECT_EQ(g1.n_total_writes, 1u);
+  EXPECT_EQ(g1.n_posix_writes, 1u);
+  EXPECT_EQ(g1.n_writes_err, 0u);
+  // Registrations are not per GPU: all on the first GPU's entry.
+  EXPECT_EQ(g0.n_mmap, 3u);
+  EXPECT_EQ(g0.n_mmap_ok, 2u);
+  EXPECT_EQ(g0.n_mmap_err, 1u);
+  EXPECT_EQ(g0.n_mmap_free, 1u);
+  EXPECT_EQ(g0.reg_bytes, 1u << 21);
+  EXPECT_EQ(g1.n_mmap, 0u);
+  // GPU 2 did no IO; the host row's 70,000 bytes are in no GPU's entry.
+  EXPECT_EQ(l3.per_gpu_stats[2].read_bytes, 0u);
+  EXPECT_EQ(l3.per_gpu_stats[2].n_total_reads, 0u);
+  EXPECT_EQ(l3.per_gpu_stats[3].read_bytes, 0u);  // unused entries are zero
 }
 
 TEST_F(CapiTest, GetStatsL3ListsTheDriversGpus) {
   fake::set_gpu_count(3);
   ASSERT_EQ(cuFileSetStatsLevel(3).err, CU_FILE_SUCCESS);
   stats::record_call(stats::Op::read, 4096, 1000, true);
+  stats::record_device(stats::Op::read, 0, 4096, true);
   CUfileStatsLevel3_t l3;
   ASSERT_EQ(cuFileGetStatsL3(&l3).err, CU_FILE_SUCCESS);
   EXPECT_EQ(l3.num_gpus, 3u);

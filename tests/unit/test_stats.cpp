@@ -1,7 +1,9 @@
 // core/stats: counters, levels, start/stop, reset, histogram buckets and derived rates.
 #include <gtest/gtest.h>
 
+#include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "core/stats.hpp"
@@ -244,6 +246,224 @@ TEST(StatsPosix, StagedAndPageCachePieces) {
   s.paths[kWrite][static_cast<int>(Path::page_cache)].ops = 7;
   EXPECT_EQ(posix_ops(s, Op::read), 7u);
   EXPECT_EQ(posix_ops(s, Op::write), 7u);
+}
+
+
+// ---- latency histograms and per-device rows ----------------------------------------------------
+
+constexpr uint64_t kUs = 1000;  // ns
+
+TEST(StatsLatencyBuckets, Log2OfMicroseconds) {
+  struct Case {
+    uint64_t ns;
+    int bucket;
+  };
+  const Case cases[] = {
+      {0, 0},                                   // 0 us
+      {999, 0},                                 // under 1 us
+      {1 * kUs, 1},                             // exactly 2^0 us
+      {2 * kUs - 1, 1},
+      {2 * kUs, 2},                             // exactly 2^1 us
+      {3 * kUs, 2},
+      {4 * kUs, 3},                             // exactly 2^2 us
+      {1024 * kUs, 11},                         // exactly 2^10 us
+      {1023 * kUs, 10},
+      {(uint64_t{1} << 29) * kUs, 30},          // the last bounded bucket
+      {((uint64_t{1} << 30) - 1) * kUs, 30},
+      {(uint64_t{1} << 30) * kUs, 31},          // 2^30 us: the open-ended bucket
+      {UINT64_MAX, 31},
+  };
+  for (const Case& c : cases) EXPECT_EQ(latency_bucket(c.ns), c.bucket) << c.ns << " ns";
+}
+
+TEST(StatsLatencyBuckets, UpperBounds) {
+  EXPECT_EQ(latency_bucket_below_us(0), 1u);
+  EXPECT_EQ(latency_bucket_below_us(1), 2u);
+  EXPECT_EQ(latency_bucket_below_us(11), 2048u);
+  EXPECT_EQ(latency_bucket_below_us(30), uint64_t{1} << 30);
+  EXPECT_EQ(latency_bucket_below_us(31), 0u);  // no upper bound
+  EXPECT_EQ(latency_bucket_below_us(-1), 0u);
+  // Every bucket's calls stay under its bound: the last call that lands in it is just below.
+  for (int k = 0; k < kLatencyBuckets - 1; ++k)
+    EXPECT_EQ(latency_bucket(latency_bucket_below_us(k) * kUs - 1), k) << k;
+}
+
+struct PercentileCase {
+  const char* name;
+  std::vector<std::pair<int, uint64_t>> counts;  // bucket, calls
+  double q;
+  int bucket;
+  uint64_t us;
+};
+
+TEST(StatsPercentiles, FromBuckets) {
+  const PercentileCase cases[] = {
+      {"empty", {}, 0.5, -1, 0},
+      {"empty max", {}, 1.0, -1, 0},
+      {"one call", {{5, 1}}, 0.5, 5, 32},
+      {"one call max", {{5, 1}}, 1.0, 5, 32},
+      {"under 1 us", {{0, 3}}, 0.99, 0, 1},
+      {"median of two: the first", {{0, 1}, {1, 1}}, 0.5, 0, 1},
+      {"just past the median", {{0, 1}, {1, 1}}, 0.51, 1, 2},
+      {"p50 of 1000", {{3, 990}, {10, 9}, {31, 1}}, 0.5, 3, 8},
+      {"p99 of 1000: rank 990", {{3, 990}, {10, 9}, {31, 1}}, 0.99, 3, 8},
+      {"p99.9 of 1000: rank 999", {{3, 990}, {10, 9}, {31, 1}}, 0.999, 10, 1024},
+      {"max in the open bucket", {{3, 990}, {10, 9}, {31, 1}}, 1.0, 31, uint64_t{1} << 30},
+      {"q near 0 is the fastest", {{4, 1}, {9, 1}}, 0.000001, 4, 16},
+  };
+  for (const PercentileCase& c : cases) {
+    uint64_t hist[kLatencyBuckets] = {};
+    for (const auto& [k, n] : c.counts) hist[k] = n;
+    EXPECT_EQ(percentile_bucket(hist, c.q), c.bucket) << c.name;
+    EXPECT_EQ(percentile_us(hist, c.q), c.us) << c.name;
+  }
+}
+
+TEST(StatsPercentiles, Json) {
+  uint64_t hist[kLatencyBuckets] = {};
+  EXPECT_NE(latency_json(hist).find("\"p50_us\": null"), std::string::npos);
+  hist[2] = 9;
+  hist[31] = 1;
+  const std::string j = latency_json(hist);
+  EXPECT_NE(j.find("\"buckets\": [0, 0, 9, 0"), std::string::npos) << j;
+  EXPECT_NE(j.find("\"p50_us\": 4"), std::string::npos) << j;
+  EXPECT_NE(j.find("\"p90_us\": 4,"), std::string::npos) << j;
+  EXPECT_NE(j.find("\"p99_us\": 1073741824"), std::string::npos) << j;
+  EXPECT_NE(j.find("\"max_us\": 1073741824"), std::string::npos) << j;
+}
+
+TEST(StatsDevices, Rows) {
+  EXPECT_EQ(device_row(0), 0);
+  EXPECT_EQ(device_row(kMaxGpus - 1), kMaxGpus - 1);
+  EXPECT_EQ(device_row(kMaxGpus), kOtherGpusRow);
+  EXPECT_EQ(device_row(1000), kOtherGpusRow);
+  EXPECT_EQ(device_row(-1), kHostRow);
+  EXPECT_EQ(device_row_name(3), "3");
+  EXPECT_EQ(device_row_name(kHostRow), "host");
+  EXPECT_EQ(device_row_name(kOtherGpusRow), "other_gpus");
+}
+
+TEST(StatsPaths, NamesFollowTheList) {
+  EXPECT_STREQ(kPathNames[static_cast<int>(Path::staged_direct)], "staged_direct");
+  EXPECT_STREQ(kPathNames[static_cast<int>(Path::page_cache_dma)], "page_cache_dma");
+  EXPECT_STREQ(kPathNames[static_cast<int>(Path::remote)], "remote");
+}
+
+TEST_F(StatsTest, WithStatsOffNoClockAndNoCounter) {
+  EXPECT_EQ(call_started(), 0u);  // no clock read: 0 stands for "not timed"
+  EXPECT_EQ(since(0), 0u);
+  record_finished(Op::read, Path::page_cache, 0, 4096, 12345, true);
+  record_latency(Op::read, Path::page_cache, 5 * kUs);
+  record_device(Op::read, 0, 4096, true);
+  const Snapshot s = snapshot();
+  EXPECT_EQ(s.paths[kRead][static_cast<int>(Path::page_cache)].latency_hist[3], 0u);
+  EXPECT_EQ(s.devices[0][kRead].calls.ok, 0u);
+  ASSERT_TRUE(set_level(1));
+  EXPECT_GT(call_started(), 0u);
+}
+
+TEST_F(StatsTest, LevelTwoTimesCallsPerPathLevelThreeCountsDevices) {
+  ASSERT_TRUE(set_level(1));
+  record_latency(Op::read, Path::page_cache, 5 * kUs);
+  EXPECT_EQ(snapshot().paths[kRead][static_cast<int>(Path::page_cache)].latency_hist[3], 0u);
+  ASSERT_TRUE(set_level(2));
+  record_latency(Op::read, Path::page_cache, 5 * kUs);
+  record_latency(Op::read, Path::remote, 0);
+  record_latency(Op::write, Path::staged_direct, 3000 * kUs);
+  record_device(Op::read, 0, 4096, true);  // level 2: no device rows yet
+  Snapshot s = snapshot();
+  EXPECT_EQ(s.paths[kRead][static_cast<int>(Path::page_cache)].latency_hist[3], 1u);
+  EXPECT_EQ(s.paths[kRead][static_cast<int>(Path::remote)].latency_hist[0], 1u);
+  EXPECT_EQ(s.paths[kWrite][static_cast<int>(Path::staged_direct)].latency_hist[12], 1u);
+  EXPECT_EQ(s.devices[0][kRead].calls.ok, 0u);
+  uint64_t all[kLatencyBuckets] = {};
+  add_latency(s, Op::read, all);
+  EXPECT_EQ(all[3], 1u);
+  EXPECT_EQ(all[0], 1u);
+  EXPECT_EQ(all[12], 0u);  // a write
+
+  ASSERT_TRUE(set_level(3));
+  record_device(Op::read, 0, 4096, true);
+  record_device(Op::read, 0, 4096, false);  // failed: a call, no bytes
+  record_device(Op::write, 1, 100, true);
+  record_device(Op::read, -1, 7, true);
+  record_device(Op::read, 40, 9, true);
+  s = snapshot();
+  EXPECT_EQ(s.devices[0][kRead].calls.ok, 1u);
+  EXPECT_EQ(s.devices[0][kRead].calls.err, 1u);
+  EXPECT_EQ(s.devices[0][kRead].bytes, 4096u);
+  EXPECT_EQ(s.devices[1][kWrite].bytes, 100u);
+  EXPECT_EQ(s.devices[1][kRead].calls.ok, 0u);
+  EXPECT_EQ(s.devices[kHostRow][kRead].bytes, 7u);
+  EXPECT_EQ(s.devices[kOtherGpusRow][kRead].bytes, 9u);
+  EXPECT_TRUE(device_row_used(s, 0));
+  EXPECT_FALSE(device_row_used(s, 2));
+  const std::string j = devices_json(s);
+  EXPECT_EQ(j.find("\"2\""), std::string::npos) << j;  // rows without IO are left out
+  EXPECT_NE(j.find("\"0\": {\"read\": {\"calls_ok\": 1, \"calls_failed\": 1, \"bytes\": 4096}"),
+            std::string::npos) << j;
+  EXPECT_NE(j.find("\"host\""), std::string::npos) << j;
+  EXPECT_NE(j.find("\"other_gpus\""), std::string::npos) << j;
+}
+
+TEST_F(StatsTest, RecordFinishedTimesFromItsStart) {
+  ASSERT_TRUE(set_level(3));
+  const uint64_t started = call_started();
+  ASSERT_GT(started, 0u);
+  record_finished(Op::read, Path::small_io, 2, 512, started, true);
+  record_finished(Op::read, Path::small_io, 2, 512, started, false);  // failed: not timed
+  record_finished(Op::read, Path::small_io, 2, 512, 0, true);        // begun with stats off
+  const Snapshot s = snapshot();
+  uint64_t timed = 0;
+  for (uint64_t n : s.paths[kRead][static_cast<int>(Path::small_io)].latency_hist) timed += n;
+  EXPECT_EQ(timed, 1u);
+  EXPECT_EQ(s.devices[2][kRead].calls.ok, 1u);  // not the one begun with stats off
+  EXPECT_EQ(s.devices[2][kRead].calls.err, 1u);
+  EXPECT_EQ(s.devices[2][kRead].bytes, 512u);
+}
+
+TEST_F(StatsTest, ResetZeroesHistogramsAndDevices) {
+  ASSERT_TRUE(set_level(3));
+  record_latency(Op::read, Path::remote, 10 * kUs);
+  record_device(Op::write, 0, 1, true);
+  reset();
+  const Snapshot s = snapshot();
+  EXPECT_EQ(s.paths[kRead][static_cast<int>(Path::remote)].latency_hist[4], 0u);
+  EXPECT_EQ(s.devices[0][kWrite].calls.ok, 0u);
+  EXPECT_EQ(s.devices[0][kWrite].bytes, 0u);
+}
+
+TEST_F(StatsTest, ConcurrentLatencyAndDeviceCountsAreExact) {
+  ASSERT_TRUE(set_level(3));
+  constexpr int kThreads = 8;
+  constexpr int kCalls = 10000;
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t)
+    threads.emplace_back([t] {
+      for (int i = 0; i < kCalls; ++i) {
+        record_latency(Op::write, Path::page_cache, 100 * kUs);
+        record_device(Op::write, t % 2, 10, true);
+      }
+    });
+  for (auto& th : threads) th.join();
+  const Snapshot s = snapshot();
+  const uint64_t n = uint64_t{kThreads} * kCalls;
+  EXPECT_EQ(s.paths[kWrite][static_cast<int>(Path::page_cache)].latency_hist[7], n);
+  EXPECT_EQ(s.devices[0][kWrite].calls.ok + s.devices[1][kWrite].calls.ok, n);
+  EXPECT_EQ(s.devices[0][kWrite].bytes, n / 2 * 10);
+}
+
+TEST_F(StatsTest, SummaryJsonCarriesLatencyDevicesAndTheRemotePath) {
+  ASSERT_TRUE(set_level(3));
+  record_path(Op::read, Path::remote, 4096);
+  record_latency(Op::read, Path::remote, 3 * kUs);
+  record_device(Op::read, -1, 4096, true);
+  const std::string j = summary_json(snapshot(), 0);
+  EXPECT_NE(j.find("\"remote\": {\"bytes\": 4096, \"ops\": 1, \"latency\": {\"buckets\": [0, 0, 1,"),
+            std::string::npos) << j;
+  EXPECT_NE(j.find("\"latency\": {\"buckets\""), std::string::npos) << j;
+  EXPECT_NE(j.find("\"p50_us\": 4"), std::string::npos) << j;
+  EXPECT_NE(j.find("\"devices\": {\"host\": {\"read\": {\"calls_ok\": 1"), std::string::npos) << j;
 }
 
 }  // namespace

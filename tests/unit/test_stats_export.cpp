@@ -6,6 +6,7 @@
 
 #include <cerrno>
 #include <chrono>
+#include <cstring>
 #include <filesystem>
 #include <thread>
 
@@ -129,6 +130,58 @@ TEST_F(StatsExportTest, WithoutSharedMemoryStatsStillCount) {
   EXPECT_EQ(snapshot().ops[kRead].calls.ok, 1u);
   EXPECT_FALSE(segment_exists());
   EXPECT_EQ(read_published(kPid).status, ReadStatus::no_segment);
+}
+
+TEST_F(StatsExportTest, LatencyHistogramsAndDeviceRowsRoundTrip) {
+  ASSERT_TRUE(set_level(3));
+  record_latency(Op::read, Path::remote, 3000);          // 3 us: bucket 2
+  record_latency(Op::write, Path::staged_direct, 0);    // under 1 us: bucket 0
+  record_device(Op::read, 1, 1 << 20, true);
+  record_device(Op::write, -1, 4096, false);
+  record_device(Op::read, 99, 5, true);
+  (void)snapshot();  // publishes
+  const ReadResult r = read_published(kPid);
+  ASSERT_EQ(r.status, ReadStatus::ok);
+  const Snapshot& s = r.snapshot;
+  EXPECT_EQ(s.paths[kRead][static_cast<int>(Path::remote)].latency_hist[2], 1u);
+  EXPECT_EQ(s.paths[1][static_cast<int>(Path::staged_direct)].latency_hist[0], 1u);
+  EXPECT_EQ(s.devices[1][kRead].bytes, 1u << 20);
+  EXPECT_EQ(s.devices[1][kRead].calls.ok, 1u);
+  EXPECT_EQ(s.devices[kHostRow][1].calls.err, 1u);
+  EXPECT_EQ(s.devices[kHostRow][1].bytes, 0u);
+  EXPECT_EQ(s.devices[kOtherGpusRow][kRead].bytes, 5u);
+}
+
+// A segment that a gpufile of another layout version left for a live process (this one).
+class ForeignSegment {
+ public:
+  explicit ForeignSegment(uint32_t version) : name_(segment_name(kPid, 0)) {
+    void* mem = nullptr;
+    created_ = sys::os().shm_create(name_.c_str(), 256, &mem) == 0;
+    if (!created_) return;
+    const uint32_t header[2] = {0x54534647, version};  // magic "GFST", version
+    std::memcpy(mem, header, sizeof header);
+    sys::os().unmap(mem, 256);
+  }
+  ~ForeignSegment() {
+    if (created_) sys::os().shm_remove(name_.c_str());
+  }
+  bool created() const { return created_; }
+
+ private:
+  std::string name_;
+  bool created_ = false;
+};
+
+TEST_F(StatsExportTest, ASegmentOfAnotherVersionIsRefusedWithItsVersion) {
+  for (uint32_t version : {1u, kSegmentVersion + 1}) {
+    ForeignSegment foreign(version);
+    ASSERT_TRUE(foreign.created());
+    const ReadResult r = read_published(kPid);
+    EXPECT_EQ(r.status, ReadStatus::mismatch) << version;
+    EXPECT_EQ(r.found_version, version);
+  }
+  EXPECT_EQ(read_published(kPid).status, ReadStatus::no_segment);  // removed again
 }
 
 TEST(StatsExportNames, PidAndIndex) {

@@ -1,0 +1,174 @@
+#!/usr/bin/env python3
+"""Where the first load of a checkpoint spends its time (issue 13): one safetensors file into
+cuda:0, each variant in a fresh process whose CUDA context exists before the clock starts (as in
+bench/checkpoint_bench.py), the page cache warm.
+
+Variants, each timed from the first gpufile call to torch.cuda.synchronize():
+  load_file             gpufile.safetensors.load_file(path, device="cuda:0"), as users call it
+  load_file/open-first  the same, gpufile's session opened before the clock starts
+  views                 load_file(..., views=True): one allocation and one read per file
+  phases                load_file's steps one after another, each timed: headers, the
+                        destinations' allocation, the session's open, the reads (one future
+                        per tensor)
+  raw                   one read of the file's data section into one device buffer allocated
+                        before the clock, the session opened before it: the ceiling a loader
+                        is compared against (issue 13's "raw read of the same bytes")
+  raw/with-open         the same read, the session's open inside the clock
+
+    python3 bench/first_load_phases.py /root/ckpt/model.safetensors --reps 3 --out /tmp/o
+Each variant runs --reps times, each in its own process; one markdown table to stdout and
+first_load_phases.json in --out.
+"""
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+
+VARIANTS = ("raw", "raw/with-open", "load_file", "load_file/open-first", "views", "phases")
+
+
+def cuda_ready():
+    import torch
+    torch.cuda.init()
+    torch.empty(1, device="cuda:0")
+    torch.cuda.synchronize()
+    return torch
+
+
+def data_section(path):
+    import gpufile.safetensors as gs
+    h = gs.read_header(path)
+    lo = min((t.begin for t in h.tensors.values()), default=0)
+    hi = max((t.end for t in h.tensors.values()), default=0)
+    return h.data_start + lo, hi - lo
+
+
+def run_raw(torch, path, open_first):
+    import gpufile
+    offset, nbytes = data_section(path)
+    buf = torch.empty(nbytes, dtype=torch.uint8, device="cuda:0")
+    torch.cuda.synchronize()
+    if open_first:
+        gpufile.driver_open()
+    t0 = time.perf_counter()
+    with gpufile.File(path, "r") as f:
+        got = f.pread_ptr(buf.data_ptr(), nbytes, offset).result()
+    torch.cuda.synchronize()
+    seconds = time.perf_counter() - t0
+    assert got == nbytes, f"read {got} of {nbytes} bytes"
+    return {"seconds": seconds, "bytes": nbytes}
+
+
+def run_load(torch, path, open_first, views):
+    import gpufile
+    import gpufile.safetensors as gs
+    if open_first:
+        gpufile.driver_open()
+    t0 = time.perf_counter()
+    out = gs.load_file(path, device="cuda:0", views=views)
+    torch.cuda.synchronize()
+    seconds = time.perf_counter() - t0
+    return {"seconds": seconds, "bytes": sum(t.numel() * t.element_size() for t in out.values()),
+            "tensors": len(out)}
+
+
+def run_phases(torch, path):
+    """load_file's steps in order, none overlapped (the background open waited for at once)."""
+    import gpufile.safetensors as gs
+    marks = [("start", time.perf_counter())]
+    t = gs._target("pt", "cuda:0")
+    sources = gs._sources(path)
+    marks.append(("headers", time.perf_counter()))
+    plans = []
+    total = 0
+    for src in sources:
+        ios = []
+        for n in src.names:
+            info = src.header.tensors[n]
+            dest = gs._allocate(t, info.dtype, info.shape)
+            ios.append((dest.ptr, info.nbytes, src.header.data_start + info.begin, n))
+            total += info.nbytes
+            ios[-1] = ios[-1] + (dest.obj,)
+        plans.append((src, ios))
+    gs._settle_allocations(t)
+    marks.append(("allocate", time.perf_counter()))
+    gs._SessionOpening().wait()
+    marks.append(("session open", time.perf_counter()))
+    gs._read_all([(src, [io[:4] for io in ios], []) for src, ios in plans])
+    torch.cuda.synchronize()
+    marks.append(("reads", time.perf_counter()))
+    steps = {name: marks[i][1] - marks[i - 1][1] for i, (name, _) in enumerate(marks) if i}
+    return {"seconds": marks[-1][1] - marks[0][1], "bytes": total, "steps": steps}
+
+
+def worker(variant, path):
+    torch = cuda_ready()
+    if variant == "raw":
+        return run_raw(torch, path, open_first=True)
+    if variant == "raw/with-open":
+        return run_raw(torch, path, open_first=False)
+    if variant == "load_file":
+        return run_load(torch, path, open_first=False, views=False)
+    if variant == "load_file/open-first":
+        return run_load(torch, path, open_first=True, views=False)
+    if variant == "views":
+        return run_load(torch, path, open_first=False, views=True)
+    if variant == "phases":
+        return run_phases(torch, path)
+    raise SystemExit(f"unknown variant {variant}")
+
+
+def warm(path):
+    with open(path, "rb") as f:
+        while f.read(64 << 20):
+            pass
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("path")
+    ap.add_argument("--reps", type=int, default=3)
+    ap.add_argument("--variants", default=",".join(VARIANTS))
+    ap.add_argument("--out", default=None)
+    ap.add_argument("--worker", default=None, help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    if args.worker:
+        print("RESULT " + json.dumps(worker(args.worker, args.path)), flush=True)
+        return
+    warm(args.path)
+    rows = []
+    for rep in range(args.reps):
+        for v in args.variants.split(","):
+            p = subprocess.run([sys.executable, __file__, args.path, "--worker", v],
+                               capture_output=True, text=True, timeout=300)
+            line = [x for x in p.stdout.splitlines() if x.startswith("RESULT ")]
+            if p.returncode or not line:
+                print(f"{v}: failed rc {p.returncode}\n{p.stderr[-2000:]}", file=sys.stderr)
+                continue
+            r = json.loads(line[0][7:])
+            r.update(variant=v, rep=rep)
+            rows.append(r)
+    raw = [r["bytes"] / r["seconds"] for r in rows if r["variant"] == "raw"]
+    best_raw = max(raw) if raw else None
+    print("| variant | seconds (each run) | GB/s (best) | of the best raw read | steps (ms, best run) |")
+    print("|---|---|---|---|---|")
+    for v in args.variants.split(","):
+        rs = [r for r in rows if r["variant"] == v]
+        if not rs:
+            continue
+        best = min(rs, key=lambda r: r["seconds"])
+        rate = best["bytes"] / best["seconds"]
+        frac = f"{rate / best_raw:.0%}" if best_raw else ""
+        steps = ", ".join(f"{k} {s * 1e3:.1f}" for k, s in best.get("steps", {}).items())
+        print(f"| {v} | {', '.join('%.3f' % r['seconds'] for r in rs)} | {rate / 1e9:.2f} | {frac} | {steps} |")
+    if args.out:
+        os.makedirs(args.out, exist_ok=True)
+        with open(os.path.join(args.out, "first_load_phases.json"), "w") as f:
+            json.dump({"path": args.path, "rows": rows}, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()
