@@ -42,13 +42,19 @@ void free_pinned(void* p, size_t bytes);
 struct PinnedRequest {
   size_t bytes = 0;
   int node = -1;         // as alloc_pinned's `node`
-  void* out = nullptr;   // the region, freed by free_pinned(out, bytes)
+  void* out = nullptr;   // the region: a slice of one of the blocks
   int landed = -1;       // as alloc_pinned's `*landed`
 };
-// alloc_pinned() for every region of `regions`, their pages faulted in on parallel threads (what
-// a session's open spends most of its time on). All or nothing: on failure none is left
-// allocated.
-Error alloc_pinned_many(std::vector<PinnedRequest>& regions);
+// A registered mapping of alloc_pinned_many(), freed by free_pinned(base, bytes) once no region of
+// it is used any more.
+struct PinnedBlock {
+  void* base = nullptr;
+  size_t bytes = 0;
+};
+// Pinned memory for every region of `regions` (what a session's open spends most of its time
+// on): the regions of one node are slices of one block, their pages faulted in on a thread
+// each and registered in one call. All or nothing: on failure no block is left.
+Error alloc_pinned_many(std::vector<PinnedRequest>& regions, std::vector<PinnedBlock>* blocks);
 // Bytes of pinned staging held now: what alloc_pinned() handed out and free_pinned() has not yet
 // taken back (page-rounded). A leak check for soak runs and tests (tests/soak, Python's
 // gpufile.stats()["pinned_staging_bytes"]); 0 once the driver is closed.

@@ -155,6 +155,8 @@ Executor::~Executor() {
     if (it != g.executors.end()) g.executors.erase(it);
   }
   g.cv.notify_all();
+  workers_.clear();  // their engines unregister the slabs from the kernel before the memory goes
+  for (const cuda::PinnedBlock& b : staging_) cuda::free_pinned(b.base, b.bytes);
 }
 
 Error Executor::start() {
@@ -163,8 +165,8 @@ Error Executor::start() {
   // Tried and measured there (docs/performance.md): setting the workers up on parallel threads
   // did not shorten the open, and setting all but the first up in the background while IO
   // already ran did not make a first 7.8 GB load any faster. What does help (H200, session 11):
-  // faulting every worker's pages in on a thread each, then registering them one after another
-  // on this thread (cuda::alloc_pinned_many). (The workers' threads still start in the
+  // faulting every worker's pages in on a thread each, then registering them all in one call on
+  // this thread (cuda::alloc_pinned_many). (The workers' threads still start in the
   // background: a fork() right after the open waits in park_workers_for_fork() until each has
   // started and parked.)
   std::vector<WorkerGroup> groups = cfg_.groups;
@@ -178,16 +180,13 @@ Error Executor::start() {
     made.push_back(std::make_unique<Worker>(*this, cfg_, *group_of[i]));
     staging.push_back({made.back()->staging_bytes(), made.back()->staging_node_wanted()});
   }
-  if (Error e = cuda::alloc_pinned_many(staging)) return e;
+  // The blocks are the executor's, freed after the workers in ~Executor (also when a worker's
+  // init fails below).
+  if (Error e = cuda::alloc_pinned_many(staging, &staging_)) return e;
   for (unsigned i = 0; i < cfg_.workers; ++i) {
     std::unique_ptr<Worker>& w = made[i];
     std::string why;
-    // Each worker owns its staging from here, init's failure or not (the rest are freed by
-    // theirs when `made` goes).
-    if (Error e = w->init(staging[i].out, staging[i].landed, &why)) {
-      for (unsigned j = i + 1; j < cfg_.workers; ++j) cuda::free_pinned(staging[j].out, staging[j].bytes);
-      return e;
-    }
+    if (Error e = w->init(staging[i].out, staging[i].landed, &why)) return e;
     if (i == 0) {
       engine_name_ = w->engine_name();
       engine_note_ = why;

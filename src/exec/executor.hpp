@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "core/settings.hpp"
+#include "cuda/memory.hpp"
 #include "exec/job.hpp"
 #include "exec/placement.hpp"
 
@@ -178,6 +179,7 @@ class Executor {
   std::atomic<unsigned> idle_{0};
   std::vector<std::unique_ptr<Worker>> workers_;
   std::vector<std::thread> threads_;
+  std::vector<cuda::PinnedBlock> staging_;  // the workers' slabs are slices of these
 
   // Guarded by the fork gate's lock (executor.cpp).
   unsigned alive_ = 0;     // worker threads created and not yet joined

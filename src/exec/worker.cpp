@@ -57,8 +57,7 @@ Worker::~Worker() {
       if (r.stream) d->StreamDestroy(r.stream);
     }
   }
-  engine_.reset();  // unregisters the slabs before they are freed
-  cuda::free_pinned(slabs_, slabs_bytes_);
+  engine_.reset();  // unregisters the slabs from the kernel; the memory is the executor's
 }
 
 Error Worker::init(void* staging, int landed, std::string* why) {

@@ -31,9 +31,9 @@ class Worker {
   // allocates every worker's at once, cuda::alloc_pinned_many).
   uint64_t staging_bytes() const { return cfg_.slab_bytes * cfg_.slabs_per_worker; }
   int staging_node_wanted() const { return node_; }
-  // Takes `staging` (staging_bytes() of pinned memory, from cuda::alloc_pinned_many; freed with
-  // the worker even when init fails) as its slabs, which landed on node `landed`, and makes the
-  // engine. `why` explains a fallback to the posix engine.
+  // Takes `staging` (staging_bytes() of pinned memory, from cuda::alloc_pinned_many; the
+  // executor's, freed after the worker) as its slabs, which landed on node `landed`, and makes
+  // the engine. `why` explains a fallback to the posix engine.
   Error init(void* staging, int landed, std::string* why);
   const char* engine_name() const { return engine_->name(); }
   // Pins the calling thread (the worker's own, before run()) to its group's CPUs.

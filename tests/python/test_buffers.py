@@ -279,3 +279,26 @@ def test_stream_io_on_a_thread_without_context(tmp_path, data_file, fake, memory
     assert on_a_new_thread(fake, stream_io) == 4096
     expected = np.concatenate([data[:1024], data[4096 + 1024:]])
     assert (tmp_path / "out.bin").read_bytes() == expected.tobytes()
+
+
+# ---- the session's staging ------------------------------------------------------------------------
+
+@needs_fake
+def test_an_open_whose_staging_cannot_be_pinned_fails_and_keeps_nothing():
+    """The workers' staging is pinned in one registration at open (cuda::alloc_pinned_many): when
+    the driver refuses it, the open fails with the driver's error, no pinned memory stays behind,
+    and the next open works."""
+    lib = ctypes.CDLL(FAKE)
+    gpufile.driver_close()
+    assert gpufile.stats()["pinned_staging_bytes"] == 0
+    assert lib.fakecuda_fail_call(b"cuMemHostRegister_v2", 1, 2) == 0  # CUDA_ERROR_OUT_OF_MEMORY
+    try:
+        with pytest.raises(gpufile.Error):
+            gpufile.driver_open()
+        assert not gpufile.driver_is_open()
+        assert gpufile.stats()["pinned_staging_bytes"] == 0
+    finally:
+        lib.fakecuda_reset_faults()
+    gpufile.driver_open()
+    assert gpufile.stats()["pinned_staging_bytes"] > 0
+    gpufile.driver_close()
