@@ -2,6 +2,8 @@
 // from, range planning and the retry policy. The network parts run in tests/python/test_remote*.py.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cstdint>
 #include <map>
 
 #include "io/remote/address.hpp"
@@ -213,6 +215,31 @@ TEST(RemotePolicy, BackoffDoublesUpToItsBound) {
   EXPECT_EQ(backoff_ms(3, 100), 800u);
   EXPECT_EQ(backoff_ms(10, 100), 10000u);
   EXPECT_EQ(backoff_ms(200, 100, 5000), 5000u);  // no overflow on many retries
+}
+
+TEST(RemotePolicy, JitterDrawsEvenlyFromZeroToTheBackoff) {
+  EXPECT_EQ(jittered_ms(100, 0), 0u);
+  EXPECT_EQ(jittered_ms(100, 100), 100u);
+  EXPECT_EQ(jittered_ms(100, 101), 0u);
+  EXPECT_EQ(jittered_ms(100, 250), 48u);
+  EXPECT_EQ(jittered_ms(0, 12345), 0u);
+  EXPECT_EQ(jittered_ms(UINT64_MAX, 7), 7u);
+}
+
+TEST(RemotePolicy, RetryWaitsStayWithinTheBackoffAndSpread) {
+  for (unsigned retry = 0; retry < 12; ++retry) {
+    const uint64_t ceiling = backoff_ms(retry, 100);
+    uint64_t low = UINT64_MAX, high = 0;
+    for (int i = 0; i < 2000; ++i) {
+      const uint64_t wait = retry_wait_ms(retry, 100);
+      ASSERT_LE(wait, ceiling);
+      low = std::min(low, wait);
+      high = std::max(high, wait);
+    }
+    // 2000 even draws from [0, 100] or more: the chance that all land in one half is 2^-1999.
+    EXPECT_LT(low, ceiling / 2);
+    EXPECT_GT(high, ceiling / 2);
+  }
 }
 
 }  // namespace

@@ -77,7 +77,7 @@ Failure Object::head() {
       return {};
     }
     if (v == Verdict::retry && attempt < options_.retries) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(backoff_ms(attempt, options_.backoff_ms)));
+      std::this_thread::sleep_for(std::chrono::milliseconds(retry_wait_ms(attempt, options_.backoff_ms)));
       continue;
     }
     std::string what = url_ + ": ";
@@ -274,7 +274,7 @@ class Object::Fetch {
     sink_.dropped(s.index, s.mem);
     const unsigned tried = ++tries_[s.index];
     if (v == Verdict::retry && tried <= o_.retries) {
-      const auto wait = std::chrono::milliseconds(backoff_ms(tried - 1, o_.backoff_ms));
+      const auto wait = std::chrono::milliseconds(retry_wait_ms(tried - 1, o_.backoff_ms));
       delayed_.push_back({Clock::now() + wait, s.index});
       return {};
     }
