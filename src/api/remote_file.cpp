@@ -5,6 +5,7 @@
 #include <cstring>
 
 #include "cuda/memory.hpp"
+#include "exec/remote_pool.hpp"
 #include "exec/session.hpp"
 
 namespace gpufile::api {
@@ -15,6 +16,8 @@ remote::Failure RemoteFile::open(const std::string& url, std::unique_ptr<RemoteF
     return {EIO, url + ": the gpufile driver did not open: " + describe(e)};
   std::unique_ptr<RemoteFile> f(new RemoteFile());
   if (remote::Failure why = remote::Object::open(url, o, &f->object_); !why.ok()) return why;
+  // Its Futures run on the remote pool: as many threads as its reads would share.
+  exec::RemotePool::instance().allow(exec::remote_threads_for(o.concurrency));
   *out = std::move(f);
   return {};
 }

@@ -5,7 +5,8 @@ Listens on 127.0.0.1 only, on a port the kernel picks; started and stopped by th
 replaced. Requests with If-Match for another ETag get 412, as S3 answers.
 
 Options: `require_header` (403 without it), `ignore_range` (a server without Range support),
-`weak_etags`.
+`weak_etags`. `gate`, an Event (set: open): while it is clear, every GET waits at the door
+(after it was recorded), so that tests can hold transfers in flight.
 
 Faults, each for the next N ranged GETs (HEAD requests are never faulted unless `head_status`):
   status      answer with that status (503 storms: status=503)
@@ -102,6 +103,7 @@ class _Handler(http.server.BaseHTTPRequestHandler):
 
     def do_GET(self):
         self.server.record(self)
+        self.server.gate.wait()
         if not self._check_auth():
             return
         faults = self.server.faults
@@ -210,6 +212,8 @@ class RangeServer(http.server.ThreadingHTTPServer):
         self.require_header: str | None = None
         self.ignore_range = False  # answer every GET with 200 and the whole object
         self.weak_etags = False    # ETags as W/"..." (If-Match never matches those)
+        self.gate = threading.Event()  # cleared: GETs wait for it
+        self.gate.set()
         self.requests: list[tuple[str, str, dict]] = []
         self.connections = 0  # accepted so far
         self.uploads: dict[str, dict[int, bytes]] = {}  # multipart uploads in progress
@@ -261,6 +265,7 @@ class RangeServer(http.server.ThreadingHTTPServer):
         return self
 
     def __exit__(self, *exc):
+        self.gate.set()
         self.shutdown()
         self.server_close()
         self._thread.join()
