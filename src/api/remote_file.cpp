@@ -170,4 +170,10 @@ remote::Failure delete_object(const std::string& url) {
   return remote::delete_object(url, o);
 }
 
+remote::Failure get_object(const std::string& url, uint64_t max_bytes, remote::WholeObject* out) {
+  remote::Options o;
+  if (remote::Failure f = session_options(url, &o); !f.ok()) return f;
+  return remote::get_whole(url, o, max_bytes, out);
+}
+
 }  // namespace gpufile::api

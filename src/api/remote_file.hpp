@@ -14,6 +14,7 @@
 #include "io/remote/bucket.hpp"
 #include "io/remote/object.hpp"
 #include "io/remote/upload.hpp"
+#include "io/remote/whole.hpp"
 
 namespace gpufile::api {
 
@@ -81,5 +82,7 @@ class RemoteWriter {
 // session's remote settings (retries, timeouts).
 remote::Failure list_objects(const std::string& url, const remote::ListPage& page, std::string* xml);
 remote::Failure delete_object(const std::string& url);
+// A whole object in one GET, without a HEAD first (io/remote/whole.hpp), into host memory.
+remote::Failure get_object(const std::string& url, uint64_t max_bytes, remote::WholeObject* out);
 
 }  // namespace gpufile::api

@@ -311,3 +311,27 @@ def test_a_failing_part_fails_its_future_with_the_first_cause(server, obj):
         assert e.value.errno == errno.EIO
         assert "another part" not in str(e.value)
 
+
+def test_a_whole_object_in_one_get_without_head(server, obj):
+    url, data = obj
+    assert gpufile._gpufile._remote_get(url) == data.tobytes()
+    assert [r[0] for r in server.requests] == ["GET"]  # no HEAD before it
+    assert "Range" not in server.requests[0][2]
+
+
+def test_whole_object_get_errors(server, obj):
+    url, data = obj
+    with pytest.raises(FileNotFoundError, match="missing"):
+        gpufile._gpufile._remote_get(server.base + "/missing")
+    server.faults.arm("status", times=2)  # retried as parts are
+    assert gpufile._gpufile._remote_get(url) == data.tobytes()
+    assert server.faults.fired["status"] == 2
+    server.faults.arm("status")  # for ever
+    with pytest.raises(OSError, match="HTTP 503.*4 tries") as e:
+        gpufile._gpufile._remote_get(url)
+    assert e.value.errno == errno.EIO
+    server.faults.arm("status", times=0)
+    with pytest.raises(OSError, match="larger than") as e:
+        gpufile._gpufile._remote_get(url, max_bytes=data.size - 1)
+    assert e.value.errno == errno.EFBIG
+    assert gpufile._gpufile._remote_get(url, max_bytes=data.size) == data.tobytes()
