@@ -203,6 +203,12 @@ Error Runtime::remote_options(remote::Options* out) {
   return Error::none();
 }
 
+Error Runtime::remote_session(std::shared_ptr<Session>* out) {
+  if (Error e = ensure_open()) return e;
+  *out = session();
+  return *out ? Error::none() : Error::of(Errc::driver_not_open);
+}
+
 IoResult Runtime::read_remote(remote::Object& obj, void* dst, uint64_t size, uint64_t offset,
                               remote::Failure* why) {
   auto fail = [why](int err, std::string message) {
