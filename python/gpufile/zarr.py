@@ -9,8 +9,9 @@
     block = zarr.open_array(store, mode="r")[:512]      # a CuPy array
 
 Local directories: every chunk is a file read with gpufile.File (and written through one, then
-renamed into place). ``s3://bucket/prefix``: a chunk is an object read with gpufile's
-RemoteFile (many ranged GETs in flight), written with its multipart upload, listed with
+renamed into place). ``s3://bucket/prefix``: a chunk is an object read whole with one GET
+(into host memory), or with gpufile's RemoteFile (ranges, GPU memory: many ranged GETs in
+flight), written with one PUT (or a multipart upload when larger than a part), listed with
 ListObjectsV2 and deleted with DeleteObject, all signed by libcurl as gpufile's other S3
 requests are (docs/remote.md). When zarr asks for GPU buffers (``zarr.config.enable_gpu()``),
 chunk bytes are read straight into GPU memory; decompression stays with zarr's codecs.
