@@ -183,10 +183,8 @@ remote::Failure RemoteWriter::fail(remote::Failure f) {
 remote::Failure RemoteWriter::send_filled(bool then_next) {
   if (sent_ == 0)
     if (remote::Failure f = upload_->begin(); !f.ok()) return f;
-  if (sent_ == remote::kMaxUploadParts)
-    return {EFBIG, url() + ": S3 takes at most " + std::to_string(remote::kMaxUploadParts) +
-                       " parts of an upload, " + std::to_string(part_bytes_ >> 20) +
-                       " MiB each here: raise gpufile.remote_part_kb for objects this large"};
+  if (std::string why = remote::part_limit_exceeded(sent_ + 1, part_bytes_); !why.empty())
+    return {EFBIG, url() + ": " + why};
   Parts& p = *parts_;
   const size_t slot = p.filling;
   const uint64_t len = p.filled;

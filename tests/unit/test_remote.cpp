@@ -5,11 +5,13 @@
 #include <algorithm>
 #include <cstdint>
 #include <map>
+#include <string>
 
 #include "io/remote/address.hpp"
 #include "io/remote/aws.hpp"
 #include "io/remote/bucket.hpp"
 #include "io/remote/policy.hpp"
+#include "io/remote/upload.hpp"
 
 namespace gpufile::remote {
 namespace {
@@ -215,6 +217,27 @@ TEST(RemotePolicy, BackoffDoublesUpToItsBound) {
   EXPECT_EQ(backoff_ms(3, 100), 800u);
   EXPECT_EQ(backoff_ms(10, 100), 10000u);
   EXPECT_EQ(backoff_ms(200, 100, 5000), 5000u);  // no overflow on many retries
+}
+
+TEST(RemoteUpload, TheTenThousandPartLimitNamesTheSettingToRaise) {
+  EXPECT_EQ(part_limit_exceeded(1, 8 << 20), "");
+  EXPECT_EQ(part_limit_exceeded(10000, 8 << 20), "");
+  const std::string why = part_limit_exceeded(10001, 8 << 20);
+  EXPECT_NE(why.find("at most 10000 parts"), std::string::npos) << why;
+  EXPECT_NE(why.find("8 MiB each"), std::string::npos) << why;
+  EXPECT_NE(why.find("up to 78 GiB"), std::string::npos) << why;
+  EXPECT_NE(why.find("gpufile.remote_part_kb"), std::string::npos) << why;
+  EXPECT_NE(part_limit_exceeded(0, 8 << 20), "");
+  EXPECT_EQ(upload_part_bytes(Options{}), 8u << 20);
+  Options small;
+  small.part_bytes = 64 << 10;
+  EXPECT_EQ(upload_part_bytes(small), kMinUploadPart);  // S3's smallest part
+  small.concurrency = 8;
+  EXPECT_EQ(upload_parts_in_flight(small), 2u);
+  small.concurrency = 1;
+  EXPECT_EQ(upload_parts_in_flight(small), 2u);
+  small.concurrency = 32;
+  EXPECT_EQ(upload_parts_in_flight(small), 8u);
 }
 
 TEST(RemotePolicy, JitterDrawsEvenlyFromZeroToTheBackoff) {

@@ -11,6 +11,14 @@ uint64_t upload_part_bytes(const Options& o) { return std::max(o.part_bytes, kMi
 
 unsigned upload_parts_in_flight(const Options& o) { return std::max(2u, o.concurrency / 4); }
 
+std::string part_limit_exceeded(unsigned number, uint64_t part_bytes) {
+  if (number >= 1 && number <= kMaxUploadParts) return {};
+  const uint64_t most_gib = kMaxUploadParts * part_bytes >> 30;
+  return "S3 takes at most " + std::to_string(kMaxUploadParts) + " parts of an upload, " +
+         std::to_string(part_bytes >> 20) + " MiB each here (objects up to " +
+         std::to_string(most_gib) + " GiB): raise gpufile.remote_part_kb for larger ones";
+}
+
 Failure Upload::prepare(const std::string& url, const Options& options, std::unique_ptr<Upload>* out) {
   std::string why;
   std::optional<Url> parsed = parse_url(url, &why);
@@ -53,9 +61,8 @@ Failure Upload::put_part(unsigned number, const char* data, uint64_t len) {
   {
     std::lock_guard lock(mu_);
     if (!open_) return {EBADF, url_ + ": the upload is over"};
-    if (number < 1 || number > kMaxUploadParts)
-      return {EFBIG, url_ + ": part " + std::to_string(number) + " of an upload: S3 takes at most " +
-                         std::to_string(kMaxUploadParts) + " parts"};
+    if (std::string why = part_limit_exceeded(number, len); !why.empty())
+      return {EFBIG, url_ + ": part " + std::to_string(number) + ": " + why};
     query = "partNumber=" + std::to_string(number) + "&uploadId=" + encode_key(upload_id_);
   }
   Reply reply;

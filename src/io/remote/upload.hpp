@@ -27,6 +27,9 @@ inline constexpr unsigned kMaxUploadParts = 10000;
 
 // The part size of uploads with these options: remote_part_kb, at least S3's smallest part.
 uint64_t upload_part_bytes(const Options& o);
+// Empty when part `number` (1-based) may be sent; else why not, in words that name the setting to
+// raise (S3 takes at most kMaxUploadParts parts, of `part_bytes` each here).
+std::string part_limit_exceeded(unsigned number, uint64_t part_bytes);
 // Parts of one upload in flight at once: a quarter of remote_concurrency, at least 2 (S3 takes
 // each part at the speed of one connection, and a writer's parts are whole 5+ MiB buffers).
 unsigned upload_parts_in_flight(const Options& o);
