@@ -75,6 +75,7 @@ TEST(RemotePool, StartNowStartsNoMoreThanTheFreeThreadsAndRunsThemAll) {
   lanes.release();
   busy.release();
   ASSERT_TRUE(lanes.wait_until([&] { return lanes.done == static_cast<int>(started); }));
+  ASSERT_TRUE(busy.wait_until([&] { return busy.done == 1; }));  // before the gates go
   EXPECT_LE(pool.threads(), 3u);
 }
 
