@@ -617,8 +617,9 @@ def _close_sources(sources: Iterable[_Source]) -> None:
 
 
 def _remote_reads_in_flight() -> int:
-    """Remote reads are Futures of a thread each, each with up to remote_concurrency GETs in
-    flight: this many at once keeps the connections busy without a thread per tensor."""
+    """Remote reads are Futures on the remote pool (docs/remote.md), each with up to
+    remote_concurrency GETs in flight: this many at once keeps the connections busy without
+    queueing a Future per tensor."""
     from . import settings
     return max(2, min(16, int(settings().get("gpufile.remote_concurrency", 16))))
 

@@ -9,8 +9,9 @@
     block = zarr.open_array(store, mode="r")[:512]      # a CuPy array
 
 Local directories: every chunk is a file read with gpufile.File (and written through one, then
-renamed into place). ``s3://bucket/prefix``: a chunk is an object read with gpufile's
-RemoteFile (many ranged GETs in flight), written with its multipart upload, listed with
+renamed into place). ``s3://bucket/prefix``: a chunk is an object read whole with one GET
+(into host memory), or with gpufile's RemoteFile (ranges, GPU memory: many ranged GETs in
+flight), written with one PUT (or a multipart upload when larger than a part), listed with
 ListObjectsV2 and deleted with DeleteObject, all signed by libcurl as gpufile's other S3
 requests are (docs/remote.md). When zarr asks for GPU buffers (``zarr.config.enable_gpu()``),
 chunk bytes are read straight into GPU memory; decompression stays with zarr's codecs.
@@ -140,12 +141,23 @@ class GpufileStore(Store):
         where = self._where(key)
         if not self._s3 and os.path.isdir(where):
             return None
+        if self._s3 and byte_range is None and not wants_device_memory(prototype):
+            return self._get_whole(where, prototype)
         try:
             f = RemoteFile(where) if self._s3 else File(where, "r")
         except (FileNotFoundError, IsADirectoryError, NotADirectoryError):
             return None
         with f:
             return read_range(f, prototype, byte_range, device)
+
+    @staticmethod
+    def _get_whole(url: str, prototype: BufferPrototype) -> Optional[Buffer]:
+        """A whole object into host memory: one GET, without the HEAD that opening a
+        RemoteFile sends (a chunk read this way is one round trip, not two)."""
+        try:
+            return prototype.buffer.from_bytes(_gpufile._remote_get(url))
+        except FileNotFoundError:
+            return None
 
     # zarr's synchronous protocols (SupportsGetSync, SupportsSetSync, SupportsDeleteSync): the
     # same on the calling thread.

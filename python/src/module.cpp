@@ -697,6 +697,17 @@ NB_MODULE(_gpufile, m) {
     }
     if (!f.ok()) raise_os(f.err, f.message, url);
   }, "url"_a, "Deletes an s3:// object (a missing key is no error, as S3 answers).");
+  m.def("_remote_get", [](const std::string& url, uint64_t max_bytes) {
+    remote::WholeObject whole;
+    remote::Failure f;
+    {
+      nb::gil_scoped_release unlocked;
+      f = api::get_object(url, max_bytes, &whole);
+    }
+    if (!f.ok()) raise_os(f.err, f.message, url);
+    return nb::bytes(whole.bytes.data(), whole.bytes.size());
+  }, "url"_a, "max_bytes"_a = UINT64_MAX,
+        "A whole http(s):// or s3:// object in one GET, without the HEAD an open sends: its bytes.");
   m.def("cuda_available", [] { return cuda::driver() != nullptr; });
   m.def("cuda_unavailable_reason", [] { return cuda::driver() ? std::string() : cuda::why_no_driver(); });
   m.def("device_count", [] {

@@ -9,6 +9,7 @@
 #include <thread>
 
 #include "core/stats.hpp"
+#include "exec/remote_pool.hpp"
 #include "sys/os.hpp"
 
 namespace gpufile::api {
@@ -38,7 +39,6 @@ struct Future::State {
   bool done = false;
   IoResult result;
   std::string message;
-  std::thread runner;  // remote reads: the thread that runs it (joined by the Future)
 
   void finish(const IoResult& r, std::string why) {
     {
@@ -52,17 +52,16 @@ struct Future::State {
 };
 
 Future::~Future() {
-  if (!state_) return;
-  wait();
-  if (state_->runner.joinable()) state_->runner.join();
+  if (state_) wait();
 }
 
 std::unique_ptr<Future> Future::spawn(std::function<IoResult(std::string* message)> task) {
   std::unique_ptr<Future> f(new Future());
   f->state_ = std::make_shared<State>();
-  // The thread's callable, and with it the task and what it holds, is destroyed after finish():
-  // the Future is done first.
-  f->state_->runner = std::thread([state = f->state_.get(), task = std::move(task)] {
+  // The pool's callable, and with it the task and what it holds, is destroyed after finish():
+  // the Future is done first. It shares the state: finish() may still notify after a waiter
+  // saw the result and destroyed the Future.
+  exec::RemotePool::instance().post([state = f->state_, task = std::move(task)] {
     std::string message;
     IoResult r = task(&message);
     state->finish(r, std::move(message));

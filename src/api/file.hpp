@@ -49,8 +49,8 @@ class Future {
   friend class RemoteFile;
   struct State;
   Future() = default;
-  // A Future whose IO is `task`, run on a thread of its own (joined by the Future); the task
-  // returns the result and may set the failure's sentence.
+  // A Future whose IO is `task`, run on the remote transfers' pool (exec/remote_pool.hpp); the
+  // task returns the result and may set the failure's sentence.
   static std::unique_ptr<Future> spawn(std::function<IoResult(std::string* message)> task);
   std::shared_ptr<State> state_;
 };

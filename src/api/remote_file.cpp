@@ -2,10 +2,14 @@
 
 #include <algorithm>
 #include <chrono>
+#include <condition_variable>
 #include <cstring>
+#include <mutex>
+#include <vector>
 
 #include "core/stats.hpp"
 #include "cuda/memory.hpp"
+#include "exec/remote_pool.hpp"
 #include "exec/session.hpp"
 
 namespace gpufile::api {
@@ -37,6 +41,8 @@ remote::Failure RemoteFile::open(const std::string& url, std::unique_ptr<RemoteF
     return {EIO, url + ": the gpufile driver did not open: " + describe(e)};
   std::unique_ptr<RemoteFile> f(new RemoteFile());
   if (remote::Failure why = remote::Object::open(url, o, &f->object_); !why.ok()) return why;
+  // Its Futures run on the remote pool: as many threads as its reads would share.
+  exec::RemotePool::instance().allow(exec::remote_threads_for(o.concurrency));
   *out = std::move(f);
   return {};
 }
@@ -80,40 +86,157 @@ Error RemoteFile::start(void* buf, uint64_t size, uint64_t offset, std::unique_p
 
 // ---- RemoteWriter ----------------------------------------------------------------------------
 
+// A writer's part buffers: the one being filled and those whose parts are in flight. Pinned
+// (GPU memory is copied in with the driver's DMA): lent by the session's `uploads` pool, else,
+// for a writer's first buffer only, pinned for it alone.
+struct RemoteWriter::Parts {
+  struct Slot {
+    char* mem = nullptr;
+    exec::StagingPool::Buffer* lent = nullptr;  // null: pinned for this writer
+    bool sending = false;                       // mu
+  };
+
+  Parts(std::shared_ptr<Session> s, uint64_t part_bytes, unsigned most_slots)
+      : session(std::move(s)), bytes(part_bytes), most(most_slots) {
+    slots.reserve(most);  // never moves: parts in flight find their slot by index
+  }
+  ~Parts() { release(); }
+
+  char* current() const { return slots[filling].mem; }
+
+  // One more buffer: the pool's, else (`may_pin`) one pinned now.
+  bool add_slot(bool may_pin) {
+    cuda::ScopedAnyContext ctx;  // pinning needs a context on this thread (any thread may write)
+    exec::StagingPool::Buffer* b = nullptr;
+    Slot slot;
+    if (session->uploads.take(&b, 1) == 1) {
+      slot = {b->mem, b};
+    } else {
+      void* mem = nullptr;
+      if (!may_pin || cuda::alloc_pinned(bytes, &mem)) return false;
+      slot.mem = static_cast<char*>(mem);
+    }
+    std::lock_guard lock(mu);
+    slots.push_back(slot);
+    return true;
+  }
+
+  // The next buffer to fill, once the one filled went out: a free one, a new one while fewer
+  // than `most`, else the first whose part lands (so at most `most` parts are in flight). A
+  // failed part ends the wait.
+  remote::Failure next_slot() {
+    std::unique_lock lock(mu);
+    for (;;) {
+      if (!failure.ok()) return failure;
+      for (size_t i = 0; i < slots.size(); ++i)
+        if (!slots[i].sending) {
+          filling = i;
+          filled = 0;
+          return {};
+        }
+      if (slots.size() < most) {
+        lock.unlock();
+        const bool added = add_slot(false);
+        lock.lock();
+        if (added) continue;
+      }
+      sent.wait(lock);
+    }
+  }
+
+  // Once every part in flight landed: the first failure among them.
+  remote::Failure wait_all() {
+    std::unique_lock lock(mu);
+    sent.wait(lock, [this] { return in_flight == 0; });
+    return failure;
+  }
+
+  // The buffers back (no part may be in flight), and the session with them.
+  void release() {
+    if (!session) return;
+    cuda::ScopedAnyContext ctx;  // unpinning needs a context on this thread
+    for (Slot& s : slots) {
+      if (s.lent != nullptr)
+        session->uploads.give(&s.lent, 1);
+      else
+        cuda::free_pinned(s.mem, bytes);
+    }
+    slots.clear();
+    session.reset();
+  }
+
+  std::shared_ptr<Session> session;  // keeps the pool the buffers came from
+  const uint64_t bytes;
+  const unsigned most;  // buffers at most, so parts in flight at most
+  std::mutex mu;
+  std::condition_variable sent;  // a part landed or failed
+  std::vector<Slot> slots;
+  size_t filling = 0;            // the writer's thread only
+  uint64_t filled = 0;           // the writer's thread only
+  unsigned in_flight = 0;        // mu
+  remote::Failure failure;       // mu: the first failed part's
+};
+
 remote::Failure RemoteWriter::open(const std::string& url, std::unique_ptr<RemoteWriter>* out) {
   remote::Options o;
-  if (Error e = Runtime::instance().remote_options(&o))
-    return {EIO, url + ": the gpufile driver did not open: " + describe(e)};
+  std::shared_ptr<Session> s;
+  Error e = Runtime::instance().remote_options(&o);
+  if (!e) e = Runtime::instance().remote_session(&s);
+  if (e) return {EIO, url + ": the gpufile driver did not open: " + describe(e)};
   std::unique_ptr<RemoteWriter> w(new RemoteWriter());
-  w->part_bytes_ = std::max(o.part_bytes, remote::kMinUploadPart);
-  void* mem = nullptr;
-  {
-    cuda::ScopedAnyContext ctx;  // pinning needs a context on this thread (any thread may open)
-    if (Error e = cuda::alloc_pinned(w->part_bytes_, &mem))
-      return {ENOMEM, url + ": no pinned memory for a part: " + describe(e)};
-  }
-  w->part_ = static_cast<char*>(mem);
-  if (remote::Failure f = remote::Upload::begin(url, o, &w->upload_); !f.ok()) return f;
+  if (remote::Failure f = remote::Upload::prepare(url, o, &w->upload_); !f.ok()) return f;
+  w->part_bytes_ = s->uploads.bytes();
+  w->parts_ = std::make_shared<Parts>(std::move(s), w->part_bytes_, remote::upload_parts_in_flight(o));
+  if (!w->parts_->add_slot(true)) return {ENOMEM, url + ": no pinned memory for a part"};
+  exec::RemotePool::instance().allow(exec::remote_threads_for(o.concurrency));
   *out = std::move(w);
   return {};
 }
 
-RemoteWriter::~RemoteWriter() {
-  abort();
-  if (part_ != nullptr) {
-    cuda::ScopedAnyContext ctx;  // unpinning needs a context on this thread
-    cuda::free_pinned(part_, part_bytes_);
-  }
-}
+RemoteWriter::~RemoteWriter() { abort(); }
 
 remote::Failure RemoteWriter::fail(remote::Failure f) {
   abort();
   return f;
 }
 
-remote::Failure RemoteWriter::flush_part() {
-  if (remote::Failure f = upload_->put_part(part_, filled_); !f.ok()) return fail(std::move(f));
-  filled_ = 0;
+// The filled buffer goes out as the next part, on the remote pool; `then_next` picks the buffer
+// to fill next (waiting for a part to land when all are in flight).
+remote::Failure RemoteWriter::send_filled(bool then_next) {
+  if (sent_ == 0)
+    if (remote::Failure f = upload_->begin(); !f.ok()) return f;
+  if (std::string why = remote::part_limit_exceeded(sent_ + 1, part_bytes_); !why.empty())
+    return {EFBIG, url() + ": " + why};
+  Parts& p = *parts_;
+  const size_t slot = p.filling;
+  const uint64_t len = p.filled;
+  const unsigned number = ++sent_;
+  {
+    std::lock_guard lock(p.mu);
+    p.slots[slot].sending = true;
+    ++p.in_flight;
+  }
+  // The writer waits for every part in flight before the upload or the buffers go.
+  exec::RemotePool::instance().post([parts = parts_, upload = upload_.get(), mem = p.current(), slot,
+                                     number, len] {
+    remote::Failure f = upload->put_part(number, mem, len);
+    std::lock_guard lock(parts->mu);
+    parts->slots[slot].sending = false;
+    if (!f.ok() && parts->failure.ok()) parts->failure = std::move(f);
+    --parts->in_flight;
+    parts->sent.notify_all();
+  });
+  return then_next ? p.next_slot() : remote::Failure{};
+}
+
+remote::Failure RemoteWriter::copy_in(const cuda::MemInfo& mem, const char* from, uint64_t n) {
+  char* to = parts_->current() + parts_->filled;
+  if (!mem.needs_staging()) {
+    std::memcpy(to, from, n);
+    return {};
+  }
+  const cuda::CUresult r = cuda::driver()->MemcpyDtoH(to, reinterpret_cast<cuda::CUdeviceptr>(from), n);
+  if (r != cuda::CUDA_SUCCESS) return {EIO, url() + ": copy from the GPU failed: " + cuda::describe(r)};
   return {};
 }
 
@@ -125,34 +248,24 @@ IoResult RemoteWriter::write(const void* buf, uint64_t size, remote::Failure* wh
 }
 
 IoResult RemoteWriter::append(const void* buf, uint64_t size, remote::Failure* why) {
-  if (done_) {
-    *why = {EBADF, url() + ": the upload is over (closed, aborted or failed)"};
-    return {0, Error::sys(EBADF)};
-  }
+  auto failed = [why](remote::Failure f) {
+    *why = std::move(f);
+    return IoResult{0, Error::sys(why->err)};
+  };
+  if (done_) return failed({EBADF, url() + ": the upload is over (closed, aborted or failed)"});
+  if (size == 0) return {0, Error::none()};
   cuda::MemInfo mem;
   if (Error e = cuda::classify(buf, &mem)) return {0, e};
   cuda::ScopedContext ctx(mem.needs_staging() ? mem.context : nullptr);
   const char* from = static_cast<const char*>(buf);
   for (uint64_t done = 0; done < size;) {
-    const uint64_t n = std::min(size - done, part_bytes_ - filled_);
-    if (mem.needs_staging()) {
-      const cuda::CUresult r = cuda::driver()->MemcpyDtoH(
-          part_ + filled_, reinterpret_cast<cuda::CUdeviceptr>(from + done), n);
-      if (r != cuda::CUDA_SUCCESS) {
-        *why = fail({EIO, url() + ": copy from the GPU failed: " + cuda::describe(r)});
-        return {0, Error::sys(EIO)};
-      }
-    } else {
-      std::memcpy(part_ + filled_, from + done, n);
-    }
-    filled_ += n;
+    // A full part goes out only once more bytes follow it: an object of one part is one PUT.
+    if (parts_->filled == part_bytes_)
+      if (remote::Failure f = send_filled(true); !f.ok()) return failed(fail(std::move(f)));
+    const uint64_t n = std::min(size - done, part_bytes_ - parts_->filled);
+    if (remote::Failure f = copy_in(mem, from + done, n); !f.ok()) return failed(fail(std::move(f)));
+    parts_->filled += n;
     done += n;
-    if (filled_ == part_bytes_) {
-      if (remote::Failure f = flush_part(); !f.ok()) {
-        *why = std::move(f);
-        return {0, Error::sys(why->err)};
-      }
-    }
   }
   written_ += size;
   return {size, Error::none()};
@@ -160,16 +273,25 @@ IoResult RemoteWriter::append(const void* buf, uint64_t size, remote::Failure* w
 
 remote::Failure RemoteWriter::close() {
   if (done_) return {};
-  if (filled_ > 0 || written_ == 0)  // S3 needs one part, even an empty one
-    if (remote::Failure f = flush_part(); !f.ok()) return f;
-  if (remote::Failure f = upload_->complete(); !f.ok()) return fail(std::move(f));
+  if (sent_ == 0) {  // the whole object within one part: one PutObject
+    if (remote::Failure f = upload_->put_whole(parts_->current(), parts_->filled); !f.ok())
+      return fail(std::move(f));
+  } else {
+    if (remote::Failure f = send_filled(false); !f.ok()) return fail(std::move(f));
+    if (remote::Failure f = parts_->wait_all(); !f.ok()) return fail(std::move(f));
+    if (remote::Failure f = upload_->complete(sent_); !f.ok()) return fail(std::move(f));
+  }
   done_ = true;
+  parts_->release();
   return {};
 }
 
 void RemoteWriter::abort() {
   done_ = true;
+  if (!parts_) return;  // open failed
+  parts_->wait_all();
   if (upload_) upload_->abort();
+  parts_->release();
 }
 
 // ---- listing and deleting --------------------------------------------------------------------
@@ -194,6 +316,12 @@ remote::Failure delete_object(const std::string& url) {
   remote::Options o;
   if (remote::Failure f = session_options(url, &o); !f.ok()) return f;
   return remote::delete_object(url, o);
+}
+
+remote::Failure get_object(const std::string& url, uint64_t max_bytes, remote::WholeObject* out) {
+  remote::Options o;
+  if (remote::Failure f = session_options(url, &o); !f.ok()) return f;
+  return remote::get_whole(url, o, max_bytes, out);
 }
 
 }  // namespace gpufile::api

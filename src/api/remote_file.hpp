@@ -11,9 +11,11 @@
 #include <string>
 
 #include "api/file.hpp"
+#include "cuda/memory.hpp"
 #include "io/remote/bucket.hpp"
 #include "io/remote/object.hpp"
 #include "io/remote/upload.hpp"
+#include "io/remote/whole.hpp"
 
 namespace gpufile::api {
 
@@ -46,11 +48,14 @@ class RemoteFile {
   bool closed_ = false;
 };
 
-// A new s3:// object, written front to back (S3 multipart upload): it appears, whole, when
-// close() succeeds; an abort, a failure or destroying a writer that was not closed leaves the
-// bucket as it was.
+// A new s3:// object, written front to back: one PutObject when it ends within one part, else
+// an S3 multipart upload with several parts in flight. It appears, whole, when close()
+// succeeds; an abort, a failure or destroying a writer that was not closed leaves the bucket as
+// it was.
 class RemoteWriter {
  public:
+  // Sends nothing yet: a missing bucket or refused credentials fail the first request (the
+  // first part's, else close()'s).
   static remote::Failure open(const std::string& url, std::unique_ptr<RemoteWriter>* out);
   ~RemoteWriter();  // aborts unless closed
   RemoteWriter(const RemoteWriter&) = delete;
@@ -59,22 +64,27 @@ class RemoteWriter {
   const std::string& url() const { return upload_->url(); }
   uint64_t written() const { return written_; }
   bool closed() const { return done_; }
-  // Appends `size` bytes from `buf` (host or GPU memory); sends each part as it fills. After a
-  // failure the upload is aborted and later calls fail.
+  // Appends `size` bytes from `buf` (host or GPU memory), copied before it returns; a full part
+  // goes out on the remote pool once more bytes follow it. After a failure (this part's or an
+  // earlier one's) the upload is aborted and later calls fail.
   IoResult write(const void* buf, uint64_t size, remote::Failure* why);
-  // Sends the last part and completes the upload: the object exists from here on.
+  // Sends the rest and ends the upload: the object exists from here on.
   remote::Failure close();
+  // Waits for parts in flight, then drops the upload.
   void abort();
 
  private:
+  struct Parts;  // the part buffers and the parts in flight
   RemoteWriter() = default;
-  remote::Failure flush_part();
+  remote::Failure send_filled(bool then_next);
+  remote::Failure copy_in(const cuda::MemInfo& mem, const char* from, uint64_t n);
   IoResult append(const void* buf, uint64_t size, remote::Failure* why);
   remote::Failure fail(remote::Failure f);
 
   std::unique_ptr<remote::Upload> upload_;
-  char* part_ = nullptr;  // pinned: GPU memory is copied in with the driver's DMA
-  uint64_t part_bytes_ = 0, filled_ = 0, written_ = 0;
+  std::shared_ptr<Parts> parts_;  // shared with the parts in flight
+  uint64_t part_bytes_ = 0, written_ = 0;
+  unsigned sent_ = 0;  // parts sent so far: numbers 1..sent_
   bool done_ = false;
 };
 
@@ -82,5 +92,7 @@ class RemoteWriter {
 // session's remote settings (retries, timeouts).
 remote::Failure list_objects(const std::string& url, const remote::ListPage& page, std::string* xml);
 remote::Failure delete_object(const std::string& url);
+// A whole object in one GET, without a HEAD first (io/remote/whole.hpp), into host memory.
+remote::Failure get_object(const std::string& url, uint64_t max_bytes, remote::WholeObject* out);
 
 }  // namespace gpufile::api

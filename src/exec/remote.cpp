@@ -2,13 +2,17 @@
 // in place; GPU memory through buffers of the session's `remote` staging pool, each part copied
 // to the GPU on its buffer's stream as soon as it landed, while the next parts still arrive.
 #include <algorithm>
+#include <atomic>
 #include <chrono>
+#include <condition_variable>
 #include <deque>
-#include <system_error>
+#include <functional>
+#include <mutex>
 #include <thread>
 #include <vector>
 
 #include "cuda/memory.hpp"
+#include "exec/remote_pool.hpp"
 #include "exec/runtime.hpp"
 #include "exec/session.hpp"
 #include "io/remote/object.hpp"
@@ -123,8 +127,8 @@ class DeviceSink final : public remote::PartSink {
 // in flight on a multi handle of its own, so that receiving and copying grow with the transfers:
 // one transfer over loopback HTTP ran at 2.5-3.3 GiB/s on the H200 machine, 16 in flight on 8
 // threads at 13.5-14.4 (docs/performance.md; one thread driving all 16 was not measured on a
-// server that could take them). One thread per this many transfers in flight.
-constexpr unsigned kTransfersPerLane = 2;
+// server that could take them). The threads are the remote pool's (exec/remote_pool.hpp): one
+// per exec::kTransfersPerLane transfers in flight, as many as it has free.
 
 // The read [offset, offset+n) cut into `lanes` runs of whole parts, as even as parts allow.
 std::vector<std::pair<uint64_t, uint64_t>> lane_runs(uint64_t offset, uint64_t n, uint64_t part,
@@ -139,6 +143,46 @@ std::vector<std::pair<uint64_t, uint64_t>> lane_runs(uint64_t offset, uint64_t n
     at += len;
   }
   return runs;
+}
+
+// Runs lane(k) for every k < lanes and returns when all ended. Lanes lanes-1 down to 1 are
+// offered to the remote pool, which starts those it has free threads for; the calling thread
+// runs the rest, lanes [0, own), with own_lanes(own). So the threads stay bounded by the pool
+// however many reads are in flight, and a read on a pool thread never waits for queued work.
+void share_lanes(size_t lanes, const std::function<void(size_t)>& lane,
+                 const std::function<void(size_t)>& own_lanes) {
+  struct Running {
+    std::mutex mu;
+    std::condition_variable ended;
+    size_t count = 0;
+  } running;
+  std::vector<std::function<void()>> offered;
+  for (size_t k = lanes - 1; k >= 1; --k)
+    offered.push_back([&running, &lane, k] {
+      lane(k);
+      std::lock_guard lock(running.mu);
+      if (--running.count == 0) running.ended.notify_all();
+    });
+  running.count = offered.size();
+  const size_t started = exec::RemotePool::instance().start_now(offered);
+  {
+    std::lock_guard lock(running.mu);
+    running.count -= offered.size() - started;
+  }
+  own_lanes(lanes - started);
+  std::unique_lock lock(running.mu);
+  running.ended.wait(lock, [&running] { return running.count == 0; });
+}
+
+// The failure a read reports: the first that is not another lane's stop (ECANCELED).
+remote::Failure first_cause(std::vector<remote::Failure>& failures) {
+  remote::Failure* first = nullptr;
+  for (remote::Failure& f : failures) {
+    if (f.ok()) continue;
+    if (f.err != ECANCELED) return std::move(f);
+    if (first == nullptr) first = &f;
+  }
+  return first ? std::move(*first) : remote::Failure{};
 }
 
 remote::Options options_of(const Settings& s) {
@@ -157,6 +201,12 @@ Error Runtime::remote_options(remote::Options* out) {
   if (Error e = ensure_open()) return e;
   *out = options_of(settings());
   return Error::none();
+}
+
+Error Runtime::remote_session(std::shared_ptr<Session>* out) {
+  if (Error e = ensure_open()) return e;
+  *out = session();
+  return *out ? Error::none() : Error::of(Errc::driver_not_open);
 }
 
 IoResult Runtime::read_remote(remote::Object& obj, void* dst, uint64_t size, uint64_t offset,
@@ -183,38 +233,39 @@ IoResult Runtime::read_remote(remote::Object& obj, void* dst, uint64_t size, uin
   const auto at = reinterpret_cast<uint64_t>(dst);
   if (mem.needs_staging() && mem.range_size != 0 && at + n > mem.range_start + mem.range_size)
     return {0, Error::of(Errc::pointer_range)};
-  const unsigned lanes = std::max(1u, o.concurrency / kTransfersPerLane);
+  exec::RemotePool::instance().allow(exec::remote_threads_for(o.concurrency));
+  const unsigned lanes = std::max(1u, o.concurrency / exec::kTransfersPerLane);
   const auto runs = lane_runs(offset, n, std::max<uint64_t>(1, o.part_bytes), lanes);
-  remote::Options lane = o;
-  lane.concurrency = std::max(1u, o.concurrency / static_cast<unsigned>(runs.size()));
-  // One lane: the bytes of [first, first+len) land at dst + (first - offset).
-  auto run_lane = [&](uint64_t first, uint64_t len) -> remote::Failure {
+  const unsigned per_lane = std::max(1u, o.concurrency / static_cast<unsigned>(runs.size()));
+  std::atomic<bool> stop{false};  // a failed lane ends the others
+  // Bytes [first, first+len) land at dst + (first - offset), `concurrency` transfers in flight.
+  auto fetch = [&](uint64_t first, uint64_t len, unsigned concurrency) -> remote::Failure {
+    remote::Options lane = o;
+    lane.concurrency = concurrency;
+    remote::Failure f;
     if (!mem.needs_staging()) {
       HostSink sink(static_cast<char*>(dst), offset);
-      return obj.fetch(first, len, lane, sink);
+      f = obj.fetch(first, len, lane, sink, &stop);
+    } else {
+      cuda::ScopedContext ctx(mem.context);
+      DeviceSink sink(s->remote, mem, at, offset);
+      f = sink.lease(lane.concurrency);
+      if (f.ok()) f = obj.fetch(first, len, lane, sink, &stop);
     }
-    cuda::ScopedContext ctx(mem.context);
-    DeviceSink sink(s->remote, mem, at, offset);
-    remote::Failure f = sink.lease(lane.concurrency);
-    return f.ok() ? obj.fetch(first, len, lane, sink) : f;
+    if (!f.ok()) stop.store(true, std::memory_order_release);
+    return f;
   };
+  // Every lane ends (its transfers done or abandoned, its copies waited for) before the call
+  // returns: nothing writes into the caller's memory after that.
   std::vector<remote::Failure> failures(runs.size());
-  {
-    // Every lane ends (its transfers done or abandoned, its copies waited for) before the call
-    // returns: nothing writes into the caller's memory after that.
-    std::vector<std::thread> threads;
-    for (size_t k = 1; k < runs.size(); ++k) {
-      try {
-        threads.emplace_back([&, k] { failures[k] = run_lane(runs[k].first, runs[k].second); });
-      } catch (const std::system_error&) {  // no thread to be had: this one runs the lane
-        failures[k] = run_lane(runs[k].first, runs[k].second);
-      }
-    }
-    failures[0] = run_lane(runs[0].first, runs[0].second);
-    for (std::thread& t : threads) t.join();
-  }
-  for (remote::Failure& f : failures)
-    if (!f.ok()) return fail(f.err, std::move(f.message));
+  share_lanes(
+      runs.size(),
+      [&](size_t k) { failures[k] = fetch(runs[k].first, runs[k].second, per_lane); },
+      [&](size_t own) {  // lanes [0, own) are adjacent: one run
+        const uint64_t end = runs[own - 1].first + runs[own - 1].second;
+        failures[0] = fetch(runs[0].first, end - runs[0].first, per_lane * static_cast<unsigned>(own));
+      });
+  if (remote::Failure f = first_cause(failures); !f.ok()) return fail(f.err, std::move(f.message));
   return {n, Error::none()};
 }
 

@@ -153,6 +153,9 @@ class Runtime {
   // ---- remote objects (src/io/remote; exec/remote.cpp) ----
   // The remote-object settings of the session (opening it if needed).
   Error remote_options(remote::Options* out);
+  // The session (opening it if needed), for S3 writers' part buffers (Session::uploads): a
+  // writer holds it while it holds buffers of its pool.
+  Error remote_session(std::shared_ptr<Session>* out);
   // Reads up to `size` bytes of `obj` from `offset` into memory at `dst` (host or GPU): fewer
   // only at the object's end. GPU memory is reached through the session's pinned staging, each
   // part's copy to the GPU running while the next parts arrive; host memory takes the bytes in

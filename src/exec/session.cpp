@@ -11,6 +11,7 @@
 #include "cuda/driver.hpp"
 #include "exec/budget.hpp"
 #include "exec/placement.hpp"
+#include "io/remote/upload.hpp"
 #include "sys/os.hpp"
 
 namespace gpufile {
@@ -114,6 +115,12 @@ void init_caller_staging(Session& s, const exec::ExecutorConfig& c, const exec::
   // sessions never read a remote object.
   const unsigned remote = static_cast<unsigned>(std::max<size_t>(4, 2 * s.settings.remote_concurrency));
   s.remote.init(s.settings.remote_part_kb * 1024, remote, 0);
+  // Writers' parts likewise; enough for two writers with all their parts in flight (a writer
+  // that finds none free pins one of its own).
+  remote::Options o;
+  o.part_bytes = s.settings.remote_part_kb * 1024;
+  o.concurrency = static_cast<unsigned>(s.settings.remote_concurrency);
+  s.uploads.init(remote::upload_part_bytes(o), 2 * remote::upload_parts_in_flight(o), 0);
 }
 
 uint64_t host_memory() {

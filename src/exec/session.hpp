@@ -73,6 +73,7 @@ struct Session {
   exec::StagingPool slabs;  // callers' staging for the pieces of larger IO (one slab each)
   std::shared_ptr<exec::PageCacheDma> pagecache_dma;  // null: that path is off
   exec::StagingPool remote; // remote reads into GPU memory: one buffer per ranged GET in flight
+  exec::StagingPool uploads; // S3 writers' part buffers (api/remote_file.cpp), of one upload part
   bool gpu = false;
   std::string placement_why;  // the NUMA placement decision, in one sentence
   std::atomic<int> inflight{0};

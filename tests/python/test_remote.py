@@ -2,6 +2,7 @@
 memory, futures, and every fault mode of tests/support/range_server.py. docs/remote.md."""
 import errno
 import io
+import json
 import os
 import subprocess
 import sys
@@ -302,3 +303,57 @@ def test_https_verifies_the_server(tmp_path, rng, monkeypatch):
             out = np.zeros(len(data), dtype=np.uint8)
             assert f.read(out) == len(data) and out.tobytes() == data
     gpufile.driver_close()
+
+
+def test_many_futures_share_a_bounded_number_of_threads():
+    """64 Futures held in flight at once run on the remote pool: remote_concurrency / 2 threads
+    (4 here), not a thread (or several) per Future."""
+    child = os.path.join(os.path.dirname(__file__), "remote_threads_child.py")
+    out = subprocess.run([sys.executable, child, "64", "8"], capture_output=True, text=True,
+                         timeout=600)
+    assert out.returncode == 0, out.stderr
+    counts = json.loads(out.stdout.strip().splitlines()[-1])
+    assert 1 <= counts["pool"] <= 4, counts
+    # Threads of the process that are not Python's: the pool's, give or take a server handler
+    # thread between its start and Python's knowing of it.
+    assert counts["native"] <= 4 + 2, counts
+    assert counts["held"] >= 4  # reads really were in flight while the threads were counted
+
+
+def test_a_failing_part_fails_its_future_with_the_first_cause(server, obj):
+    """A read of several lanes whose parts fail for good after the first ten: the Future fails
+    with a part's own failure, not with the other lanes' stopping."""
+    url, data = obj
+    out = np.zeros(data.size, dtype=np.uint8)
+    with gpufile.open(url) as f:
+        server.faults.arm("status", after=10)
+        fut = f.pread(out)
+        with pytest.raises(OSError, match="HTTP 503.*4 tries") as e:
+            fut.result(timeout=120)
+        assert e.value.errno == errno.EIO
+        assert "another part" not in str(e.value)
+
+
+def test_a_whole_object_in_one_get_without_head(server, obj):
+    url, data = obj
+    assert gpufile._gpufile._remote_get(url) == data.tobytes()
+    assert [r[0] for r in server.requests] == ["GET"]  # no HEAD before it
+    assert "Range" not in server.requests[0][2]
+
+
+def test_whole_object_get_errors(server, obj):
+    url, data = obj
+    with pytest.raises(FileNotFoundError, match="missing"):
+        gpufile._gpufile._remote_get(server.base + "/missing")
+    server.faults.arm("status", times=2)  # retried as parts are
+    assert gpufile._gpufile._remote_get(url) == data.tobytes()
+    assert server.faults.fired["status"] == 2
+    server.faults.arm("status")  # for ever
+    with pytest.raises(OSError, match="HTTP 503.*4 tries") as e:
+        gpufile._gpufile._remote_get(url)
+    assert e.value.errno == errno.EIO
+    server.faults.arm("status", times=0)
+    with pytest.raises(OSError, match="larger than") as e:
+        gpufile._gpufile._remote_get(url, max_bytes=data.size - 1)
+    assert e.value.errno == errno.EFBIG
+    assert gpufile._gpufile._remote_get(url, max_bytes=data.size) == data.tobytes()

@@ -301,11 +301,18 @@ def test_an_empty_object(s3_env):
 
 
 def test_write_errors(s3_env, aws_env):
+    # The open sends nothing: the first request fails, the PUT of a small object at close...
     with pytest.raises(FileNotFoundError, match="no such bucket"):
-        gpufile.open("s3://nobucket/x", "w")
+        with gpufile.open("s3://nobucket/x", "w") as w:
+            w.write(np.zeros(10, dtype=np.uint8))
+    # ... or the start of the multipart upload of a larger one, when its first part goes out
+    with pytest.raises(FileNotFoundError, match="no such bucket"):
+        with gpufile.open("s3://nobucket/x", "w") as w:
+            w.write(np.zeros((5 << 20) + 1, dtype=np.uint8))
     aws_env.setenv("AWS_SECRET_ACCESS_KEY", "not-the-secret")
     with pytest.raises(PermissionError):
-        gpufile.open("s3://data/x", "w")
+        with gpufile.open("s3://data/x", "w"):
+            pass
     with pytest.raises(ValueError, match="read-only"):
         gpufile.open("http://127.0.0.1:1/x", "w")
 
@@ -324,7 +331,68 @@ def test_write_retries_a_few_failed_parts_and_aborts_after_many(aws_env, rng):
         s.faults.arm("status")  # for ever
         w = gpufile.open("s3://b/never", "w")
         with pytest.raises(OSError, match="HTTP 503.*4 tries"):
-            w.write(np.frombuffer(data, dtype=np.uint8))
+            w.write(np.frombuffer(data, dtype=np.uint8))  # the first part goes out meanwhile
+            w.close()  # and its failure shows here at the latest
         assert "/b/never" not in s.objects
         assert not s.uploads  # aborted: the server dropped the parts
         assert any(r[0] == "DELETE" for r in s.requests)
+
+
+UPLOAD_PART = 5 << 20  # S3's smallest part, above the tests' remote_part_kb
+
+
+@pytest.mark.parametrize("size", [0, 1, UPLOAD_PART - 1, UPLOAD_PART, UPLOAD_PART + 1,
+                                  3 * UPLOAD_PART + 7])
+def test_sizes_around_the_part_size_round_trip(s3_env, rng, size):
+    data = rng.integers(0, 256, size=size, dtype=np.uint8)
+    with gpufile.open(f"s3://data/up/size-{size}", "w") as w:
+        for piece in np.array_split(data, 3):  # pieces that cross the part boundaries
+            assert w.write(piece) == piece.size
+        assert w.tell() == size
+    np.testing.assert_array_equal(read_all(f"s3://data/up/size-{size}", size), data)
+
+
+@pytest.mark.parametrize("size, requests", [
+    (0, ["PUT"]), (UPLOAD_PART - 1, ["PUT"]), (UPLOAD_PART, ["PUT"]),
+    (UPLOAD_PART + 1, ["POST", "PUT", "PUT", "POST"])])
+def test_an_object_of_one_part_is_one_put(aws_env, rng, size, requests):
+    with RangeServer() as s:
+        aws_env.setenv("AWS_ENDPOINT_URL", s.base)
+        data = rng.bytes(size)
+        with gpufile.open("s3://b/k", "w") as w:
+            w.write(np.frombuffer(data, dtype=np.uint8))
+        assert s.objects["/b/k"][0] == data
+        assert sorted(r[0] for r in s.requests) == sorted(requests)
+        if requests == ["PUT"]:
+            assert s.requests[0][1] == "/b/k"  # PutObject: no query
+
+
+def test_several_parts_are_in_flight_together(aws_env, rng):
+    """The server holds every PUT at its gate: a writer of four parts has two (remote_concurrency
+    8 / 4) in flight at once, then the object is complete and byte-exact."""
+    with RangeServer() as s:
+        aws_env.setenv("AWS_ENDPOINT_URL", s.base)
+        data = rng.bytes(3 * UPLOAD_PART + 1)
+        s.gate.clear()
+        failures = []
+
+        def write():
+            try:
+                with gpufile.open("s3://b/big", "w") as w:
+                    w.write(np.frombuffer(data, dtype=np.uint8))
+            except BaseException as e:  # noqa: BLE001 - reported below
+                failures.append(e)
+
+        t = threading.Thread(target=write)
+        t.start()
+        deadline = time.monotonic() + 120
+        while sum(r[0] == "PUT" for r in s.requests) < 2:
+            assert time.monotonic() < deadline and t.is_alive(), failures
+            time.sleep(0.01)
+        held = sum(r[0] == "PUT" for r in s.requests)
+        s.gate.set()
+        t.join(300)
+        assert not failures
+        assert held == 2  # two parts waiting at the gate together, not one, and no third
+        assert s.objects["/b/big"][0] == data
+        assert sum(r[0] == "PUT" for r in s.requests) == 4

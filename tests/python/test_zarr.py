@@ -21,7 +21,8 @@ from zarr.testing.store import StoreTests  # noqa: E402
 import gpufile  # noqa: E402
 from gpufile.zarr import DeviceBytes, GpufileStore, parse_list_page  # noqa: E402
 from conftest import needs_gpu_driver  # noqa: E402
-from test_remote import use_settings  # noqa: E402
+from test_remote import use_settings  # noqa: E402 (and tests/support on the path)
+from range_server import RangeServer  # noqa: E402
 from test_remote_s3 import ACCESS, SECRET, aws_env, versitygw  # noqa: E402,F401 (fixtures)
 
 COMPRESSORS = {"none": None, "zstd": ZstdCodec(level=1), "blosc": BloscCodec(cname="lz4")}
@@ -331,3 +332,19 @@ def test_zarr_gpu_arrays(tmp_path, rng, codec):
         z[:4] = cupy.arange(4 * 45, dtype=cupy.float32).reshape(4, 45)  # written from the GPU
     np.testing.assert_array_equal(zarr.open_array(store, path="a/b", mode="r")[:4],
                                   np.arange(4 * 45, dtype=np.float32).reshape(4, 45))
+
+
+def test_s3_chunk_gets_are_one_get_without_head(aws_env, rng):
+    """A whole chunk is one GET (size from the reply), not a HEAD and then a ranged GET; a
+    missing chunk is still None. Against the tests' range server as the S3 endpoint, which
+    records every request."""
+    with RangeServer() as s:
+        aws_env.setenv("AWS_ENDPOINT_URL", s.base)
+        data = rng.bytes(300_000)
+        s.put("/bkt/arr/c/0/0", data)
+        store = GpufileStore("s3://bkt/arr", read_only=True)
+        prototype = default_buffer_prototype()
+        assert store.get_sync("c/0/0", prototype=prototype).to_bytes() == data
+        assert store.get_sync("c/0/1", prototype=prototype) is None
+        assert [(r[0], r[1]) for r in s.requests] == [("GET", "/bkt/arr/c/0/0"), ("GET", "/bkt/arr/c/0/1")]
+        assert all("Range" not in r[2] for r in s.requests)

@@ -5,7 +5,8 @@ Listens on 127.0.0.1 only, on a port the kernel picks; started and stopped by th
 replaced. Requests with If-Match for another ETag get 412, as S3 answers.
 
 Options: `require_header` (403 without it), `ignore_range` (a server without Range support),
-`weak_etags`.
+`weak_etags`. `gate`, an Event (set: open): while it is clear, every GET and PUT waits at the
+door (after it was recorded), so that tests can hold transfers in flight.
 
 Faults, each for the next N ranged GETs (HEAD requests are never faulted unless `head_status`):
   status      answer with that status (503 storms: status=503)
@@ -14,7 +15,7 @@ Faults, each for the next N ranged GETs (HEAD requests are never faulted unless 
   stall       send the headers and a few bytes, then nothing for `stall_seconds`
   replace     after N GETs, replace the object: new bytes, new ETag
 `arm(kind, times, after=K)` lets K GETs through before the fault starts.
-The multipart upload requests of S3 are served too (`status` faults their part uploads).
+S3's PutObject and multipart upload requests are served too (`status` faults their PUTs).
 """
 from __future__ import annotations
 
@@ -102,6 +103,7 @@ class _Handler(http.server.BaseHTTPRequestHandler):
 
     def do_GET(self):
         self.server.record(self)
+        self.server.gate.wait()
         if not self._check_auth():
             return
         faults = self.server.faults
@@ -152,8 +154,9 @@ def _query(path: str) -> dict:
 
 
 class _UploadHandler:
-    """S3's multipart upload, enough for the writer's tests (POST ?uploads=, PUT ?partNumber=N
-    &uploadId=ID, POST ?uploadId=ID, DELETE ?uploadId=ID). Parts are faulted like GETs."""
+    """S3's PutObject (PUT without a query) and multipart upload, enough for the writer's tests
+    (POST ?uploads=, PUT ?partNumber=N&uploadId=ID, POST ?uploadId=ID, DELETE ?uploadId=ID).
+    PUTs are faulted like GETs."""
 
     def do_POST(self):
         self.server.record(self)
@@ -174,8 +177,12 @@ class _UploadHandler:
         self.server.record(self)
         body = self.rfile.read(int(self.headers.get("Content-Length", 0)))
         q = _query(self.path)
+        self.server.gate.wait()
         if self.server.faults.take("status"):
             return self._reply(self.server.faults.status, b"<Error><Code>SlowDown</Code></Error>")
+        if not q:
+            self.server.put(self.path, body)
+            return self._reply(200, b"", {"ETag": self.server.objects[self.path][1]})
         parts = self.server.uploads.get(q.get("uploadId"))
         if parts is None:
             return self._reply(404, b"<Error><Code>NoSuchUpload</Code></Error>")
@@ -210,6 +217,8 @@ class RangeServer(http.server.ThreadingHTTPServer):
         self.require_header: str | None = None
         self.ignore_range = False  # answer every GET with 200 and the whole object
         self.weak_etags = False    # ETags as W/"..." (If-Match never matches those)
+        self.gate = threading.Event()  # cleared: GETs wait for it
+        self.gate.set()
         self.requests: list[tuple[str, str, dict]] = []
         self.connections = 0  # accepted so far
         self.uploads: dict[str, dict[int, bytes]] = {}  # multipart uploads in progress
@@ -261,6 +270,7 @@ class RangeServer(http.server.ThreadingHTTPServer):
         return self
 
     def __exit__(self, *exc):
+        self.gate.set()
         self.shutdown()
         self.server_close()
         self._thread.join()

@@ -2,12 +2,16 @@
 // from, range planning and the retry policy. The network parts run in tests/python/test_remote*.py.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cstdint>
 #include <map>
+#include <string>
 
 #include "io/remote/address.hpp"
 #include "io/remote/aws.hpp"
 #include "io/remote/bucket.hpp"
 #include "io/remote/policy.hpp"
+#include "io/remote/upload.hpp"
 
 namespace gpufile::remote {
 namespace {
@@ -213,6 +217,52 @@ TEST(RemotePolicy, BackoffDoublesUpToItsBound) {
   EXPECT_EQ(backoff_ms(3, 100), 800u);
   EXPECT_EQ(backoff_ms(10, 100), 10000u);
   EXPECT_EQ(backoff_ms(200, 100, 5000), 5000u);  // no overflow on many retries
+}
+
+TEST(RemoteUpload, TheTenThousandPartLimitNamesTheSettingToRaise) {
+  EXPECT_EQ(part_limit_exceeded(1, 8 << 20), "");
+  EXPECT_EQ(part_limit_exceeded(10000, 8 << 20), "");
+  const std::string why = part_limit_exceeded(10001, 8 << 20);
+  EXPECT_NE(why.find("at most 10000 parts"), std::string::npos) << why;
+  EXPECT_NE(why.find("8 MiB each"), std::string::npos) << why;
+  EXPECT_NE(why.find("up to 78 GiB"), std::string::npos) << why;
+  EXPECT_NE(why.find("gpufile.remote_part_kb"), std::string::npos) << why;
+  EXPECT_NE(part_limit_exceeded(0, 8 << 20), "");
+  EXPECT_EQ(upload_part_bytes(Options{}), 8u << 20);
+  Options small;
+  small.part_bytes = 64 << 10;
+  EXPECT_EQ(upload_part_bytes(small), kMinUploadPart);  // S3's smallest part
+  small.concurrency = 8;
+  EXPECT_EQ(upload_parts_in_flight(small), 2u);
+  small.concurrency = 1;
+  EXPECT_EQ(upload_parts_in_flight(small), 2u);
+  small.concurrency = 32;
+  EXPECT_EQ(upload_parts_in_flight(small), 8u);
+}
+
+TEST(RemotePolicy, JitterDrawsEvenlyFromZeroToTheBackoff) {
+  EXPECT_EQ(jittered_ms(100, 0), 0u);
+  EXPECT_EQ(jittered_ms(100, 100), 100u);
+  EXPECT_EQ(jittered_ms(100, 101), 0u);
+  EXPECT_EQ(jittered_ms(100, 250), 48u);
+  EXPECT_EQ(jittered_ms(0, 12345), 0u);
+  EXPECT_EQ(jittered_ms(UINT64_MAX, 7), 7u);
+}
+
+TEST(RemotePolicy, RetryWaitsStayWithinTheBackoffAndSpread) {
+  for (unsigned retry = 0; retry < 12; ++retry) {
+    const uint64_t ceiling = backoff_ms(retry, 100);
+    uint64_t low = UINT64_MAX, high = 0;
+    for (int i = 0; i < 2000; ++i) {
+      const uint64_t wait = retry_wait_ms(retry, 100);
+      ASSERT_LE(wait, ceiling);
+      low = std::min(low, wait);
+      high = std::max(high, wait);
+    }
+    // 2000 even draws from [0, 100] or more: the chance that all land in one half is 2^-1999.
+    EXPECT_LT(low, ceiling / 2);
+    EXPECT_GT(high, ceiling / 2);
+  }
 }
 
 }  // namespace

@@ -68,7 +68,7 @@ Failure send(CURL* easy, const Request& request, const Options& options, const s
     const Verdict v = judge(transport_of(rc), ok_status ? 206 : status, true);
     if (v == Verdict::done) return {};
     if (v == Verdict::retry && attempt < options.retries) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(backoff_ms(attempt, options.backoff_ms)));
+      std::this_thread::sleep_for(std::chrono::milliseconds(retry_wait_ms(attempt, options.backoff_ms)));
       continue;
     }
     std::string what = name + ": ";

@@ -77,7 +77,7 @@ Failure Object::head() {
       return {};
     }
     if (v == Verdict::retry && attempt < options_.retries) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(backoff_ms(attempt, options_.backoff_ms)));
+      std::this_thread::sleep_for(std::chrono::milliseconds(retry_wait_ms(attempt, options_.backoff_ms)));
       continue;
     }
     std::string what = url_ + ": ";
@@ -119,9 +119,10 @@ void Object::give_client(std::unique_ptr<Client> c) {
 // One fetch: parts waiting, in flight and waiting out a backoff, on one multi handle.
 class Object::Fetch {
  public:
-  Fetch(Object& obj, Client& client, const Options& o, std::vector<Part> parts, PartSink& sink)
+  Fetch(Object& obj, Client& client, const Options& o, std::vector<Part> parts, PartSink& sink,
+        const std::atomic<bool>* stop)
       : obj_(obj), client_(client), c_(*curl()), o_(o), parts_(std::move(parts)),
-        limit_(std::max(1u, o.concurrency)), sink_(sink), tries_(parts_.size(), 0),
+        limit_(std::max(1u, o.concurrency)), sink_(sink), stop_(stop), tries_(parts_.size(), 0),
         idle_(client.easies) {
     for (size_t i = 0; i < parts_.size(); ++i) ready_.push_back(i);
     // Keep a connection for each transfer in flight between reads (libcurl's default cache
@@ -134,6 +135,10 @@ class Object::Fetch {
     Failure failure;
     if (client_.multi == nullptr) failure = {ENOMEM, obj_.url_ + ": curl_multi_init failed"};
     while (failure.ok() && landed_ < parts_.size()) {
+      if (stop_ != nullptr && stop_->load(std::memory_order_acquire)) {
+        failure = {ECANCELED, obj_.url_ + ": stopped: another part of the read failed"};
+        break;
+      }
       wake_due();
       if (failure = start_ready(); !failure.ok()) break;
       if (active_.empty()) {  // only parts waiting out a backoff
@@ -274,7 +279,7 @@ class Object::Fetch {
     sink_.dropped(s.index, s.mem);
     const unsigned tried = ++tries_[s.index];
     if (v == Verdict::retry && tried <= o_.retries) {
-      const auto wait = std::chrono::milliseconds(backoff_ms(tried - 1, o_.backoff_ms));
+      const auto wait = std::chrono::milliseconds(retry_wait_ms(tried - 1, o_.backoff_ms));
       delayed_.push_back({Clock::now() + wait, s.index});
       return {};
     }
@@ -366,6 +371,7 @@ class Object::Fetch {
   const std::vector<Part> parts_;
   const unsigned limit_;
   PartSink& sink_;
+  const std::atomic<bool>* stop_;
   std::vector<unsigned> tries_;
   std::deque<size_t> ready_;
   std::vector<Delayed> delayed_;
@@ -374,12 +380,13 @@ class Object::Fetch {
   size_t landed_ = 0;
 };
 
-Failure Object::fetch(uint64_t offset, uint64_t length, const Options& o, PartSink& sink) {
+Failure Object::fetch(uint64_t offset, uint64_t length, const Options& o, PartSink& sink,
+                      const std::atomic<bool>* stop) {
   if (offset > size_ || length > size_ - offset)
     return {EINVAL, url_ + ": range past the end of the " + std::to_string(size_) + "-byte object"};
   if (length == 0) return sink.finish();
   std::unique_ptr<Client> client = take_client();
-  Fetch f(*this, *client, o, plan_parts(offset, length, o.part_bytes), sink);
+  Fetch f(*this, *client, o, plan_parts(offset, length, o.part_bytes), sink, stop);
   Failure result = f.run();
   give_client(std::move(client));
   return result;

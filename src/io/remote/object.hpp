@@ -11,6 +11,7 @@
 // through pinned staging (src/exec/remote.cpp). This layer knows no CUDA.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <mutex>
@@ -55,8 +56,10 @@ class Object {
   // Reads [offset, offset + length), which must lie within size(), as parts of
   // o.part_bytes through `sink`, at most o.concurrency at a time, retried and timed as `o` says
   // (the settings of the session the read runs in). Thread-safe: concurrent fetches use
-  // separate multi handles.
-  Failure fetch(uint64_t offset, uint64_t length, const Options& o, PartSink& sink);
+  // separate multi handles. Once `*stop` is set (another share of the same read failed), ends
+  // its transfers and returns ECANCELED.
+  Failure fetch(uint64_t offset, uint64_t length, const Options& o, PartSink& sink,
+                const std::atomic<bool>* stop = nullptr);
 
  private:
   struct Client;   // a multi handle and its easy handles, for one fetch at a time

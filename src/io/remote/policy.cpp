@@ -1,6 +1,7 @@
 #include "io/remote/policy.hpp"
 
 #include <algorithm>
+#include <random>
 
 namespace gpufile::remote {
 
@@ -56,6 +57,17 @@ uint64_t backoff_ms(unsigned retry, uint64_t first_ms, uint64_t max_ms) {
   uint64_t wait = first_ms;
   for (unsigned i = 0; i < retry && wait < max_ms; ++i) wait *= 2;
   return std::min(wait, max_ms);
+}
+
+uint64_t jittered_ms(uint64_t ceiling_ms, uint64_t draw) {
+  return ceiling_ms == UINT64_MAX ? draw : draw % (ceiling_ms + 1);
+}
+
+uint64_t retry_wait_ms(unsigned retry, uint64_t first_ms) {
+  // One generator per thread (no lock), seeded apart, so that processes and threads refused
+  // together do not draw the same waits.
+  thread_local std::mt19937_64 random{std::random_device{}()};
+  return jittered_ms(backoff_ms(retry, first_ms), random());
 }
 
 }  // namespace gpufile::remote

@@ -49,4 +49,13 @@ int verdict_errno(Verdict v);
 // time, at most max_ms.
 uint64_t backoff_ms(unsigned retry, uint64_t first_ms, uint64_t max_ms = 10000);
 
+// "Full jitter": a wait drawn evenly from [0, ceiling_ms], `draw` being a random number. Many
+// clients refused at once by one server (503 SlowDown) then spread their retries over the
+// backoff rather than all coming back at the same instant.
+uint64_t jittered_ms(uint64_t ceiling_ms, uint64_t draw);
+
+// The wait before retry number `retry`: backoff_ms(retry, first_ms), jittered with a draw of
+// this thread's random generator.
+uint64_t retry_wait_ms(unsigned retry, uint64_t first_ms);
+
 }  // namespace gpufile::remote

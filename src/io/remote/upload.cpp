@@ -7,7 +7,19 @@
 
 namespace gpufile::remote {
 
-Failure Upload::begin(const std::string& url, const Options& options, std::unique_ptr<Upload>* out) {
+uint64_t upload_part_bytes(const Options& o) { return std::max(o.part_bytes, kMinUploadPart); }
+
+unsigned upload_parts_in_flight(const Options& o) { return std::max(2u, o.concurrency / 4); }
+
+std::string part_limit_exceeded(unsigned number, uint64_t part_bytes) {
+  if (number >= 1 && number <= kMaxUploadParts) return {};
+  const uint64_t most_gib = kMaxUploadParts * part_bytes >> 30;
+  return "S3 takes at most " + std::to_string(kMaxUploadParts) + " parts of an upload, " +
+         std::to_string(part_bytes >> 20) + " MiB each here (objects up to " +
+         std::to_string(most_gib) + " GiB): raise gpufile.remote_part_kb for larger ones";
+}
+
+Failure Upload::prepare(const std::string& url, const Options& options, std::unique_ptr<Upload>* out) {
   std::string why;
   std::optional<Url> parsed = parse_url(url, &why);
   if (!parsed) return {EINVAL, url + ": " + why};
@@ -18,41 +30,60 @@ Failure Upload::begin(const std::string& url, const Options& options, std::uniqu
   up->options_ = options;
   up->options_.timeout_s = std::max(1u, options.timeout_s);
   if (Failure f = Request::make(url, *parsed, &up->request_); !f.ok()) return f;
-  up->easy_ = curl()->easy_init();
-  if (up->easy_ == nullptr) return {ENOMEM, url + ": curl_easy_init failed"};
-  Reply reply;
-  // "uploads=" rather than "uploads": libcurl 7.88 signs a bare query name without the '=' that
-  // S3's canonical form has.
-  if (Failure f = up->send("POST", "uploads=", "", 0, &reply); !f.ok()) return f;
-  up->upload_id_ = xml_value(reply.body, "UploadId");
-  if (up->upload_id_.empty()) return {EIO, url + ": the server started no multipart upload"};
-  up->open_ = true;
   *out = std::move(up);
   return {};
 }
 
 Upload::~Upload() {
   if (open_) abort();
-  if (easy_ != nullptr) curl()->easy_cleanup(easy_);
+  for (CURL* e : easies_) curl()->easy_cleanup(e);
 }
 
-Failure Upload::put_part(const char* data, uint64_t len) {
-  if (!open_) return {EBADF, url_ + ": the upload is over"};
+Failure Upload::put_whole(const char* data, uint64_t len) {
   Reply reply;
-  const std::string query = "partNumber=" + std::to_string(etags_.size() + 1) +
-                            "&uploadId=" + encode_key(upload_id_);
-  if (Failure f = send("PUT", query, data, len, &reply); !f.ok()) return f;
-  if (reply.response.etag.empty()) return {EIO, url_ + ": the server gave a part no ETag"};
-  etags_.push_back(reply.response.etag);
+  return send("PUT", "", data, len, &reply);
+}
+
+Failure Upload::begin() {
+  Reply reply;
+  // "uploads=" rather than "uploads": libcurl 7.88 signs a bare query name without the '=' that
+  // S3's canonical form has.
+  if (Failure f = send("POST", "uploads=", "", 0, &reply); !f.ok()) return f;
+  std::lock_guard lock(mu_);
+  upload_id_ = xml_value(reply.body, "UploadId");
+  if (upload_id_.empty()) return {EIO, url_ + ": the server started no multipart upload"};
+  open_ = true;
   return {};
 }
 
-Failure Upload::complete() {
-  if (!open_) return {EBADF, url_ + ": the upload is over"};
+Failure Upload::put_part(unsigned number, const char* data, uint64_t len) {
+  std::string query;
+  {
+    std::lock_guard lock(mu_);
+    if (!open_) return {EBADF, url_ + ": the upload is over"};
+    if (std::string why = part_limit_exceeded(number, len); !why.empty())
+      return {EFBIG, url_ + ": part " + std::to_string(number) + ": " + why};
+    query = "partNumber=" + std::to_string(number) + "&uploadId=" + encode_key(upload_id_);
+  }
+  Reply reply;
+  if (Failure f = send("PUT", query, data, len, &reply); !f.ok()) return f;
+  if (reply.response.etag.empty()) return {EIO, url_ + ": the server gave a part no ETag"};
+  std::lock_guard lock(mu_);
+  if (etags_.size() < number) etags_.resize(number);
+  etags_[number - 1] = reply.response.etag;
+  return {};
+}
+
+Failure Upload::complete(unsigned parts) {
   std::string xml = "<CompleteMultipartUpload>";
-  for (size_t i = 0; i < etags_.size(); ++i)
-    xml += "<Part><PartNumber>" + std::to_string(i + 1) + "</PartNumber><ETag>" + etags_[i] +
-           "</ETag></Part>";
+  {
+    std::lock_guard lock(mu_);
+    if (!open_) return {EBADF, url_ + ": the upload is over"};
+    if (etags_.size() < parts) return {EIO, url_ + ": a part of the upload was not put"};
+    for (unsigned i = 0; i < parts; ++i)
+      xml += "<Part><PartNumber>" + std::to_string(i + 1) + "</PartNumber><ETag>" + etags_[i] +
+             "</ETag></Part>";
+  }
   xml += "</CompleteMultipartUpload>";
   Reply reply;
   if (Failure f = send("POST", "uploadId=" + encode_key(upload_id_), xml.data(), xml.size(), &reply);
@@ -61,20 +92,45 @@ Failure Upload::complete() {
   // S3 may answer 200 and still fail: the error is in the body.
   if (const std::string code = xml_value(reply.body, "Code"); !code.empty())
     return {EIO, url_ + ": completing the upload failed: " + code + ": " + xml_value(reply.body, "Message")};
+  std::lock_guard lock(mu_);
   open_ = false;
   return {};
 }
 
 void Upload::abort() {
-  if (!open_) return;
-  open_ = false;
+  {
+    std::lock_guard lock(mu_);
+    if (!open_) return;
+    open_ = false;
+  }
   Reply reply;
   send("DELETE", "uploadId=" + encode_key(upload_id_), nullptr, 0, &reply);
 }
 
+CURL* Upload::take_easy() {
+  std::lock_guard lock(mu_);
+  if (!idle_.empty()) {
+    CURL* e = idle_.back();
+    idle_.pop_back();
+    return e;
+  }
+  CURL* e = curl()->easy_init();
+  if (e != nullptr) easies_.push_back(e);
+  return e;
+}
+
+void Upload::give_easy(CURL* e) {
+  std::lock_guard lock(mu_);
+  idle_.push_back(e);
+}
+
 Failure Upload::send(const char* method, const std::string& query, const char* body, uint64_t len,
                      Reply* reply) {
-  return remote::send(easy_, *request_, options_, url_, Call{method, query, body, len}, reply);
+  CURL* e = take_easy();
+  if (e == nullptr) return {ENOMEM, url_ + ": curl_easy_init failed"};
+  Failure f = remote::send(e, *request_, options_, url_, Call{method, query, body, len}, reply);
+  give_easy(e);
+  return f;
 }
 
 }  // namespace gpufile::remote

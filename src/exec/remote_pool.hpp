@@ -1,0 +1,59 @@
+// The threads that carry remote transfers (docs/remote.md, "Threads"): the Futures of remote
+// reads, and the lanes a read of several parts is shared by (exec/remote.cpp). One bounded set
+// for the process, so that many Futures in flight do not each bring threads of their own.
+//
+// Not the executor's IO workers: a remote transfer holds its thread for as long as the server
+// takes (a stall lasts up to remote_timeout_s), and the file IO listed behind it would wait as
+// long; and the executor ends with its driver session, while a Future may outlive a close.
+#pragma once
+
+#include <condition_variable>
+#include <cstddef>
+#include <functional>
+#include <mutex>
+#include <vector>
+
+namespace gpufile::exec {
+
+// Transfers in flight per thread: a read of `concurrency` transfers is shared by
+// concurrency / kTransfersPerLane threads, and that many are the pool's bound.
+inline constexpr unsigned kTransfersPerLane = 2;
+unsigned remote_threads_for(unsigned concurrency);
+
+class RemotePool {
+ public:
+  static constexpr unsigned kMaxThreads = 64;
+
+  static RemotePool& instance();
+
+  // Lets the pool grow to `threads` threads (at most kMaxThreads); never shrinks it.
+  void allow(unsigned threads);
+  // Runs `task` on a pool thread once one is free; queued tasks start in the order posted.
+  // With no thread to be had at all (the system refused them), runs it on the calling thread.
+  void post(std::function<void()> task);
+  // Starts the first tasks of `tasks`, ahead of the queue, on threads free for them now, and
+  // returns how many it started. Those wait for nothing else, so a task of the pool may wait
+  // for them without a deadlock; the rest are the caller's to run or drop.
+  size_t start_now(std::vector<std::function<void()>>& tasks);
+  // Threads started so far.
+  unsigned threads() const;
+
+  // In the child of a fork: a fresh pool (the parent's threads do not exist there).
+  static void forget_after_fork();
+
+ private:
+  RemotePool() = default;
+  void work();
+  bool add_thread();  // mu_ held
+  long free_threads() const;  // idle, starting or still to be made, less urgent tasks: mu_ held
+
+  mutable std::mutex mu_;
+  std::condition_variable wake_;
+  std::vector<std::function<void()>> urgent_;  // start_now's, taken first
+  std::vector<std::function<void()>> queued_;  // post's, oldest first
+  unsigned limit_ = 1, threads_ = 0;
+  unsigned idle_ = 0;      // waiting for a task
+  unsigned starting_ = 0;  // made, not yet waiting
+};
+
+}  // namespace gpufile::exec
