@@ -248,6 +248,7 @@ TEST_F(BatchTest, MixedReadsAndWritesEveryMemoryKind) {
 // Each batch entry counts as a completion (L1), is timed from its submission (level 2) and
 // counted under the GPU of its buffer (level 3).
 TEST_F(BatchTest, EntriesAreTimedAndCountedPerDevice) {
+  CAPI_REQUIRE_DRIVER();  // device memory and its GPU's row
   SCOPED_TRACE("seed=" + std::to_string(seed_));
   ASSERT_EQ(cuFileSetStatsLevel(3).err, CU_FILE_SUCCESS);
   ASSERT_EQ(cuFileStatsReset().err, CU_FILE_SUCCESS);
