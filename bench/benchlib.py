@@ -221,3 +221,18 @@ def pinned_ceiling(size, repeat=5):
         cp.cuda.runtime.deviceSynchronize()
         best = max(best, size / GIB / (time.perf_counter() - t0))
     return best
+
+
+def two_reads_cells(r, ceiling):
+    """The cells of a row of a first-and-second-read harness (remote_gpu.py, zarr_gpu.py: their
+    workers' first_gib_s and second_gib_s): [first, second, share of the ceiling], or one
+    cell saying why there is no number (skipped, or the worker's last line of failure)."""
+    if "skipped" in r:
+        return [f"skipped: {r['skipped']}"]
+    if "error" in r:
+        last = r["error"].splitlines()[-1] if r["error"] else "no result"
+        return [f"FAILED: {last[:120]}"]
+    share = "-"
+    if ceiling:
+        share = " / ".join(f"{100 * r[k] / ceiling:.0f}%" for k in ("first_gib_s", "second_gib_s"))
+    return [f"{r['first_gib_s']:.2f}", f"{r['second_gib_s']:.2f}", share]

@@ -59,7 +59,7 @@ import time
 import urllib.parse
 import urllib.request
 
-from benchlib import pinned_ceiling, pinned_host
+from benchlib import pinned_ceiling, pinned_host, two_reads_cells
 
 GIB = 1 << 30
 MIB = 1 << 20
@@ -450,22 +450,12 @@ def print_table(rows, args):
         settings = " ".join(f"{k}={v}" for k, v in r.get("env", {}).items()) or "defaults"
         if r["case"] in ("urllib-parallel", "server", "boto3-transfer"):
             settings = f"{args.threads} threads x {args.part_mib} MiB"
-        if "skipped" in r:
-            print(f"| {r['case']} | - | skipped: {r['skipped']} | | | |")
-            continue
-        if "error" in r:
-            last = r["error"].splitlines()[-1] if r["error"] else "no result"
-            print(f"| {r['case']} | {settings} | FAILED: {last[:120]} | | | |")
-            continue
-        share = "-"
-        if ceiling:
-            share = " / ".join(f"{100 * r[k] / ceiling:.0f}%"
-                               for k in ("first_gib_s", "second_gib_s"))
-        checked = (f"2 x {r['size']} ok" if r["ok"] else
-                   f"MISMATCH (first {'ok' if r['first_ok'] else 'wrong'}, "
-                   f"second {'ok' if r['second_ok'] else 'wrong'})")
-        print(f"| {r['case']} | {settings} | {r['first_gib_s']:.2f} | {r['second_gib_s']:.2f} | "
-              f"{share} | {checked} |")
+        cells = two_reads_cells(r, ceiling)
+        if len(cells) == 3:
+            cells.append(f"2 x {r['size']} ok" if r["ok"] else
+                         f"MISMATCH (first {'ok' if r['first_ok'] else 'wrong'}, "
+                         f"second {'ok' if r['second_ok'] else 'wrong'})")
+        print("| " + " | ".join([r["case"], "-" if "skipped" in r else settings] + cells) + " |")
     if ceiling:
         print(f"| pinned host-to-device (CuPy, best of 5) | | {ceiling:.2f} | | 100% | |")
     else:

@@ -34,7 +34,7 @@ import subprocess
 import sys
 import time
 
-from benchlib import pinned_ceiling
+from benchlib import pinned_ceiling, two_reads_cells
 
 GIB = 1 << 30
 MIB = 1 << 20
@@ -145,18 +145,11 @@ def print_table(rows, args):
     for r in rows:
         if r["case"] == "ceiling":
             continue
-        if "skipped" in r:
-            print(f"| {r['case']} | skipped: {r['skipped']} | | | |")
-            continue
-        if "error" in r:
-            last = r["error"].splitlines()[-1] if r["error"] else "no result"
-            print(f"| {r['case']} | FAILED: {last[:120]} | | | |")
-            continue
-        share = "-"
-        if ceiling:
-            share = " / ".join(f"{100 * r[k] / ceiling:.0f}%" for k in ("first_gib_s", "second_gib_s"))
-        checked = f"2 x {r['size']} ok" if r["ok"] else f"MISMATCH or not on the GPU ({r.get('first_type')})"
-        print(f"| {r['case']} | {r['first_gib_s']:.2f} | {r['second_gib_s']:.2f} | {share} | {checked} |")
+        cells = two_reads_cells(r, ceiling)
+        if len(cells) == 3:
+            cells.append(f"2 x {r['size']} ok" if r["ok"] else
+                         f"MISMATCH or not on the GPU ({r.get('first_type')})")
+        print("| " + " | ".join([r["case"]] + cells) + " |")
     if ceiling:
         print(f"| pinned host-to-device (CuPy, best of 5) | {ceiling:.2f} | | 100% | |")
 
