@@ -52,6 +52,8 @@ class Future {
   // A Future whose IO is `task`, run on the remote transfers' pool (exec/remote_pool.hpp); the
   // task returns the result and may set the failure's sentence.
   static std::unique_ptr<Future> spawn(std::function<IoResult(std::string* message)> task);
+  // A Future already done, with result `r`.
+  static std::unique_ptr<Future> finished(const IoResult& r);
   std::shared_ptr<State> state_;
 };
 

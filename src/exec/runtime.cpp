@@ -508,6 +508,15 @@ IoResult Runtime::run(Io& io) {
   return r;
 }
 
+std::optional<IoResult> Runtime::run_if_vendor(Io& io) {
+  Session& s = *io.session_;
+  if (!s.vendor || io.job.len == 0) return std::nullopt;
+  const route::StorageChoice storage = route_storage(io);
+  if (!route::choose_vendor(vendor_facts(s, *io.file_, io.job, storage, /*synchronous=*/true)).use)
+    return std::nullopt;
+  return run(io);
+}
+
 void Runtime::submit(Io& io) {
   Io* one = &io;
   submit(&one, 1);

@@ -133,6 +133,12 @@ class Runtime {
   // Runs the Io to completion on this thread's behalf: on this thread, the workers, or both,
   // as route::plan_threads says for the load at this moment.
   IoResult run(Io& io);
+  // Where path 5 (NVIDIA's library) takes the Io as it would take a synchronous call, runs it
+  // to completion on this thread (through NVIDIA's library, or gpufile's own paths where that
+  // fails) and returns its result; otherwise nothing, the Io untouched, for submit(). What
+  // File::start() asks first: NVIDIA's library splits one large IO over threads of its own
+  // (execution.parallel_io), so a Future it takes needs no worker.
+  std::optional<IoResult> run_if_vendor(Io& io);
   // Runs an Io whose memory is host memory entirely on this thread, with plain kernel IO and no
   // CUDA call at all, whatever its size: what a CUDA host function (stream op) may do.
   IoResult run_on_this_thread(Io& io);

@@ -45,7 +45,7 @@ const char* describe(Reason why) {
       return "NVIDIA's driver refused this file (or it was not offered: no O_DIRECT): gpufile's own "
              "paths";
     case Reason::vendor_asynchronous:
-      return "asynchronous IO (batch, stream, futures) stays on gpufile's workers";
+      return "batch and stream IO stay on gpufile's workers";
     case Reason::vendor_host_memory: return "host memory: gpufile reads into it directly";
     case Reason::vendor_small: return "small IO (at or below gpufile.small_io_kb): gpufile's one-step path";
     case Reason::vendor_unaligned:

@@ -47,7 +47,8 @@ enum class Reason : int {
   vendor_not_loaded,      // no NVIDIA libcufile found, or it would not load or open
   vendor_compat_only,     // NVIDIA's driver reports no GDS: it would only add a layer
   vendor_file_refused,    // NVIDIA's driver refused the file (5027 in containers and VMs)
-  vendor_asynchronous,    // batch, stream and future IO stay on gpufile's workers
+  vendor_asynchronous,    // batch and stream IO stay on gpufile's workers (a Future's IO is
+                          // taken as a synchronous call: File::start runs it inline)
   vendor_host_memory,     // the buffer is host memory: gpufile reads into it directly
   vendor_small,           // at or below small_io_kb: gpufile's one-step path
   vendor_unaligned,       // offset, size or address off the 4 KiB grid NVIDIA's DMA needs

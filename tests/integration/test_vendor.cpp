@@ -11,6 +11,7 @@
 
 #include "common.hpp"
 #include "core/stats.hpp"
+#include "api/file.hpp"
 #include "exec/runtime.hpp"
 #include "fakecufile.h"
 #include "vendor/nvidia.hpp"
@@ -165,6 +166,30 @@ TEST_F(VendorPath, LargeAlignedReadIntoGpuMemoryGoesThroughNvidia) {
   read_and_check(h, *buf, 4 * MiB, 4 * MiB);
   EXPECT_EQ(d.calls("cuFileRead"), 1);
   EXPECT_EQ(read_vendor_bytes() - before, 4 * MiB);
+}
+
+// A Future's IO (Python's pread, the C++ API's futures, the safetensors loader) is taken as a
+// synchronous call: run inside start(), done when it returns, counted under the vendor path.
+TEST_F(VendorPath, AFuturesLargeAlignedReadGoesThroughNvidiaAndIsDoneOnReturn) {
+  Double d = open();
+  ASSERT_NE(d.calls, nullptr);
+  std::unique_ptr<gpufile::api::File> f;
+  ASSERT_FALSE(gpufile::api::File::open(dir_.file("data.bin"), O_RDONLY, 0, &f));
+  auto buf = device(4 * MiB);
+  const uint64_t before = read_vendor_bytes();
+  std::unique_ptr<gpufile::api::Future> fut;
+  ASSERT_FALSE(f->start(gpufile::sys::IoKind::read, buf->ptr(), 4 * MiB, 4 * MiB, &fut));
+  EXPECT_TRUE(fut->done()) << "a Future path 5 took still runs after start returned";
+  const gpufile::IoResult r = fut->wait();
+  ASSERT_TRUE(r.ok()) << gpufile::describe(r.error);
+  EXPECT_EQ(r.bytes, 4 * MiB);
+  EXPECT_EQ(d.calls("cuFileRead"), 1);
+  EXPECT_EQ(read_vendor_bytes() - before, 4 * MiB);
+  EXPECT_EQ(first_mismatch(buf->read_back(0, 4 * MiB).data(), data_.data() + 4 * MiB, 4 * MiB), "");
+  // A small one stays a Future of gpufile's workers.
+  ASSERT_FALSE(f->start(gpufile::sys::IoKind::read, buf->ptr(), 4 * KiB, 0, &fut));
+  EXPECT_EQ(fut->wait().bytes, 4 * KiB);
+  EXPECT_EQ(d.calls("cuFileRead"), 1);
 }
 
 TEST_F(VendorPath, LargeAlignedWriteFromGpuMemoryGoesThroughNvidia) {
