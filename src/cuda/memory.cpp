@@ -1,12 +1,11 @@
 #include "cuda/memory.hpp"
 
+#include <pthread.h>
 #include <sys/mman.h>
 
 #include <algorithm>
 #include <atomic>
 #include <cstdlib>
-#include <system_error>
-#include <thread>
 #include <vector>
 
 #include "sys/os.hpp"
@@ -86,6 +85,37 @@ void fault_in(char* p, size_t len) {
   for (size_t off = 0; off < len; off += kPage) p[off] = 0;
 }
 
+struct Slice {
+  char* p;
+  size_t len;
+};
+
+void* fault_in_slice(void* arg) {
+  const Slice* s = static_cast<const Slice*>(arg);
+  fault_in(s->p, s->len);
+  return nullptr;
+}
+
+// Faults the slices in on a thread each (this thread takes any no thread could be made for).
+// The threads get small stacks of their own size: glibc's cache then never hands one of them to
+// a worker later, nor a worker's to them (it reuses a stack only up to 4x the size asked), so
+// the short-lived threads of an open leave no trace in the stacks of the threads that stay.
+void fault_in_parallel(std::vector<Slice>& slices) {
+  constexpr size_t kStack = 256 << 10;
+  pthread_attr_t attr;
+  pthread_attr_init(&attr);
+  pthread_attr_setstacksize(&attr, kStack);
+  std::vector<pthread_t> threads(slices.size());
+  std::vector<bool> started(slices.size(), false);
+  for (size_t i = 0; i < slices.size(); ++i)
+    started[i] = pthread_create(&threads[i], &attr, fault_in_slice, &slices[i]) == 0;
+  pthread_attr_destroy(&attr);
+  for (size_t i = 0; i < slices.size(); ++i) {
+    if (started[i]) pthread_join(threads[i], nullptr);
+    else fault_in(slices[i].p, slices[i].len);
+  }
+}
+
 // Registers a faulted-in region with the driver (if any) and counts it; unmaps it on failure.
 Error register_region(char* p, size_t len, int node, int* landed) {
   if (landed != nullptr) {
@@ -148,19 +178,15 @@ Error alloc_pinned_many(std::vector<PinnedRequest>& regions, std::vector<PinnedB
       free_blocks(regions, blocks);
       return Error::of(Errc::no_memory);
     }
-    std::vector<std::thread> touching;
+    std::vector<Slice> slices;
     size_t at = 0;
     for (PinnedRequest& r : regions) {
       if (r.node != node) continue;
       r.out = base + at;
-      try {
-        touching.emplace_back(fault_in, base + at, round_up(r.bytes, kPage));
-      } catch (const std::system_error&) {  // no thread to be had: this one does it
-        fault_in(base + at, round_up(r.bytes, kPage));
-      }
+      slices.push_back({base + at, round_up(r.bytes, kPage)});
       at += round_up(r.bytes, kPage);
     }
-    for (std::thread& t : touching) t.join();
+    fault_in_parallel(slices);
     if (Error e = register_region(base, len, -1, nullptr)) {  // it unmapped `base`
       free_blocks(regions, blocks);
       return e;
