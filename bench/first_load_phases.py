@@ -27,15 +27,10 @@ import subprocess
 import sys
 import time
 
+from benchlib import warm
+from checkpoint_bench import cuda_ready
+
 VARIANTS = ("raw", "raw/with-open", "load_file", "load_file/open-first", "views", "phases")
-
-
-def cuda_ready():
-    import torch
-    torch.cuda.init()
-    torch.empty(1, device="cuda:0")
-    torch.cuda.synchronize()
-    return torch
 
 
 def data_section(path):
@@ -121,12 +116,6 @@ def worker(variant, path):
     raise SystemExit(f"unknown variant {variant}")
 
 
-def warm(path):
-    with open(path, "rb") as f:
-        while f.read(64 << 20):
-            pass
-
-
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("path")
@@ -138,7 +127,7 @@ def main():
     if args.worker:
         print("RESULT " + json.dumps(worker(args.worker, args.path)), flush=True)
         return
-    warm(args.path)
+    warm(args.path, times=2)
     rows = []
     for rep in range(args.reps):
         for v in args.variants.split(","):

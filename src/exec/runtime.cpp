@@ -475,11 +475,14 @@ IoResult Runtime::run_on_this_thread(Io& io) {
 }
 
 IoResult Runtime::run(Io& io) {
+  if (io.job.len == 0) return {};
+  return run_routed(io, route_storage(io));
+}
+
+IoResult Runtime::run_routed(Io& io, const route::StorageChoice& storage) {
   exec::Job& job = io.job;
-  if (job.len == 0) return {};
   Session& s = *io.session_;
   CallerCount callers(s.sync_calls);
-  const route::StorageChoice storage = route_storage(io);
   if (s.vendor && route::choose_vendor(vendor_facts(s, *io.file_, job, storage, /*synchronous=*/true)).use)
     if (std::optional<IoResult> r = run_vendor(io)) return *r;
   const route::LoadFacts facts = load_facts(s, job, callers.now());
@@ -512,9 +515,10 @@ std::optional<IoResult> Runtime::run_if_vendor(Io& io) {
   Session& s = *io.session_;
   if (!s.vendor || io.job.len == 0) return std::nullopt;
   const route::StorageChoice storage = route_storage(io);
+  io.routed_ = true;
   if (!route::choose_vendor(vendor_facts(s, *io.file_, io.job, storage, /*synchronous=*/true)).use)
     return std::nullopt;
-  return run(io);
+  return run_routed(io, storage);
 }
 
 void Runtime::submit(Io& io) {
@@ -527,7 +531,7 @@ void Runtime::submit(Io* const* ios, size_t n) {
   jobs.reserve(n);
   FenceMemo memo;
   for (size_t k = 0; k < n; ++k) {
-    route_storage(*ios[k]);
+    if (!ios[k]->routed_) route_storage(*ios[k]);
     ios[k]->fence_ = fence_for(ios[k]->job, &memo);
     ios[k]->job.after = ios[k]->fence_ ? ios[k]->fence_->event() : nullptr;
     jobs.push_back(&ios[k]->job);

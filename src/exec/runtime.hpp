@@ -55,6 +55,7 @@ class Io {
   std::shared_ptr<FileHandle> file_;
   std::shared_ptr<BufferRegistration> buffer_;
   uint64_t started_ = 0;
+  bool routed_ = false;  // its storage route is chosen (run_if_vendor): submit() keeps it
 };
 
 class Runtime {
@@ -191,6 +192,8 @@ class Runtime {
   // Runs a synchronous Io through NVIDIA's cuFileRead/cuFileWrite (path 5). nullopt when NVIDIA's
   // library failed it: the file then keeps to gpufile's own paths, which run this Io again.
   std::optional<IoResult> run_vendor(Io& io);
+  // run() once route_storage() chose `storage` for the Io.
+  IoResult run_routed(Io& io, const route::StorageChoice& storage);
 
   mutable std::mutex mu_;
   std::shared_ptr<Session> session_;
