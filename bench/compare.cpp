@@ -6,6 +6,19 @@
 //                               pinned = gpufile's staging memory (cuda::alloc_pinned)
 //   h2d-hostalloc               the same from cuMemHostAlloc memory (the driver's own pinning)
 //   d2h-pinned / d2h-pageable / d2h-hostalloc   the same, GPU -> host
+//   h2d-all [THREADS [IO_KIB [SECONDS [FILE]]]]
+//                               one process feeding every GPU at once: THREADS (8) threads a GPU,
+//                               each copying IO_KIB (16384) pieces synchronously (an async copy on
+//                               a stream of its own, then a stream sync) into its GPU for SECONDS
+//                               (5). The source is 1 GiB of pinned staging memory a GPU or, given
+//                               FILE ("%d" in it becomes the GPU's ordinal), that file mapped and
+//                               registered in 64 MiB windows as page-cache DMA registers them (warm
+//                               it first). One process's ceiling for "one process for all GPUs"
+//   register-files FILE [WINDOW_MIB [PARALLEL]]
+//                               maps every GPU's FILE ("%d" as in h2d-all) and registers it in
+//                               WINDOW_MIB (64) windows, one file after another or (PARALLEL 1)
+//                               on a thread per file, then unregisters: what making page-cache
+//                               windows costs one process, in ms and µs per MiB
 //   copy-latency [BYTES]        one async copy of BYTES (4096) from pinned memory + stream sync,
 //                               20000 times: mean and median µs (the floor under a small read)
 //   direct-read FILE [THREADS]  THREADS threads read their slices of FILE with O_DIRECT, 16 MiB
@@ -47,6 +60,7 @@
 // Output: MODE, GiB moved, seconds, GiB/s, CPU seconds (user + system, all threads) per GiB.
 #include <cufile.h>
 #include <fcntl.h>
+#include <sys/mman.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -277,6 +291,143 @@ int staged_ceiling(const char* path, uint64_t size, int threads, uint64_t io, in
   return 0;
 }
 
+// One GPU's side of h2d-all: its context, the host bytes its threads copy from, its threads' slots.
+struct GpuFeed {
+  cuda::CUcontext ctx = nullptr;
+  const char* host = nullptr;
+  uint64_t host_bytes = 0;
+  cuda::CUdeviceptr slots = 0;
+  std::atomic<uint64_t> moved{0};
+};
+
+// Maps FILE and registers it as page-cache DMA does: read-only, portable, 64 MiB windows.
+const char* registered_file(const std::string& path, uint64_t* bytes) {
+  constexpr uint64_t kWindow = 64ull << 20;
+  constexpr unsigned kReadOnly = 0x08;  // CU_MEMHOSTREGISTER_READ_ONLY
+  int fd = open(path.c_str(), O_RDONLY);
+  struct stat st {};
+  if (fd < 0 || fstat(fd, &st) != 0 || st.st_size < static_cast<off_t>(kWindow)) return nullptr;
+  *bytes = static_cast<uint64_t>(st.st_size) / kWindow * kWindow;
+  void* map = mmap(nullptr, *bytes, PROT_READ, MAP_SHARED, fd, 0);
+  close(fd);
+  if (map == MAP_FAILED) return nullptr;
+  for (uint64_t off = 0; off < *bytes; off += kWindow)
+    if (d->MemHostRegister(static_cast<char*>(map) + off, kWindow,
+                           cuda::kMemHostRegisterPortable | kReadOnly))
+      return nullptr;
+  return static_cast<const char*>(map);
+}
+
+// Registers (then unregisters) every GPU's file in windows, serially or a thread per file.
+int register_files(const char* pattern, uint64_t window, bool parallel) {
+  constexpr unsigned kReadOnly = 0x08;  // CU_MEMHOSTREGISTER_READ_ONLY
+  int gpus = 0;
+  if (d->DeviceGetCount(&gpus) || gpus < 1 || window == 0) return fail("no GPU / args");
+  struct Mapped { char* map = nullptr; uint64_t bytes = 0; };
+  std::vector<Mapped> files(gpus);
+  for (int g = 0; g < gpus; ++g) {
+    char path[4096];
+    std::snprintf(path, sizeof path, pattern, g);
+    int fd = open(path, O_RDONLY);
+    struct stat st {};
+    if (fd < 0 || fstat(fd, &st) != 0) return fail("open");
+    files[g].bytes = static_cast<uint64_t>(st.st_size) / window * window;
+    void* map = mmap(nullptr, files[g].bytes, PROT_READ, MAP_SHARED, fd, 0);
+    close(fd);
+    if (map == MAP_FAILED || files[g].bytes == 0) return fail("mmap");
+    files[g].map = static_cast<char*>(map);
+  }
+  cuda::CUcontext ctx = nullptr;
+  d->CtxGetCurrent(&ctx);
+  std::atomic<bool> ok{true};
+  auto each_window = [&](bool reg) {
+    auto one_file = [&](const Mapped& m) {
+      d->CtxSetCurrent(ctx);
+      for (uint64_t off = 0; off < m.bytes; off += window)
+        if (reg ? d->MemHostRegister(m.map + off, window, cuda::kMemHostRegisterPortable | kReadOnly)
+                : d->MemHostUnregister(m.map + off))
+          ok = false;
+    };
+    std::vector<std::thread> pool;
+    for (const Mapped& m : files) {
+      if (parallel) pool.emplace_back(one_file, std::cref(m));
+      else one_file(m);
+    }
+    for (auto& th : pool) th.join();
+  };
+  uint64_t total = 0;
+  for (const Mapped& m : files) total += m.bytes;
+  for (bool reg : {true, false}) {
+    const auto t0 = Clock::now();
+    each_window(reg);
+    const double ms = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+    std::printf("%-12s %d files, %.0f MiB in %llu MiB windows, %s: %.1f ms, %.1f us/MiB\n",
+                reg ? "register" : "unregister", gpus, total / 1048576.0,
+                static_cast<unsigned long long>(window >> 20), parallel ? "a thread per file" : "serial",
+                ms, ms * 1000 / (total / 1048576.0));
+  }
+  for (const Mapped& m : files) munmap(m.map, m.bytes);
+  return ok ? 0 : fail("register");
+}
+
+int h2d_all(int threads, uint64_t io, double seconds, const char* file_pattern) {
+  int gpus = 0;
+  if (d->DeviceGetCount(&gpus) || gpus < 1 || threads < 1 || io == 0) return fail("no GPU / args");
+  std::vector<GpuFeed> feeds(gpus);
+  for (int g = 0; g < gpus; ++g) {
+    GpuFeed& f = feeds[g];
+    cuda::CUdevice dev = 0;
+    if (d->DeviceGet(&dev, g) || d->DevicePrimaryCtxRetain(&f.ctx, dev) || d->CtxSetCurrent(f.ctx))
+      return fail("context");
+    if (file_pattern != nullptr) {
+      char path[4096];
+      std::snprintf(path, sizeof path, file_pattern, g);
+      f.host = registered_file(path, &f.host_bytes);
+    } else {
+      f.host_bytes = 1ull << 30;
+      f.host = static_cast<const char*>(host_buffer(f.host_bytes, HostMemory::pinned));
+    }
+    if (f.host == nullptr || f.host_bytes < io || d->MemAlloc(&f.slots, io * threads))
+      return fail("source / device alloc");
+  }
+  std::atomic<bool> stop{false}, ok{true};
+  Timer t;
+  std::vector<std::thread> pool;
+  for (int g = 0; g < gpus; ++g)
+    for (int i = 0; i < threads; ++i)
+      pool.emplace_back([&, g, i] {
+        GpuFeed& f = feeds[g];
+        cuda::CUstream s = nullptr;
+        if (d->CtxSetCurrent(f.ctx) || d->StreamCreate(&s, 1 /* non-blocking */)) return void(ok = false);
+        const uint64_t pieces = f.host_bytes / io;
+        for (uint64_t k = i; !stop.load(std::memory_order_relaxed); k += threads) {
+          if (d->MemcpyHtoDAsync(f.slots + i * io, f.host + (k % pieces) * io, io, s) ||
+              d->StreamSynchronize(s))
+            return void(ok = false);
+          f.moved.fetch_add(io, std::memory_order_relaxed);
+        }
+        d->StreamDestroy(s);
+      });
+  std::this_thread::sleep_for(std::chrono::duration<double>(seconds));
+  stop = true;
+  for (auto& th : pool) th.join();
+  if (!ok) return fail("copy");
+  uint64_t total = 0;
+  std::string each;
+  const double s = std::chrono::duration<double>(Clock::now() - t.t0).count();
+  for (GpuFeed& f : feeds) {
+    total += f.moved;
+    char one[32];
+    std::snprintf(one, sizeof one, "%s%.2f", each.empty() ? "" : " + ", f.moved / kGiB / s);
+    each += one;
+  }
+  t.report("h2d-all", total,
+           "(" + std::to_string(gpus) + " GPUs x " + std::to_string(threads) + " threads, " +
+               std::to_string(io >> 10) + " KiB, " + (file_pattern ? "registered file" : "pinned") +
+               "; per GPU " + each + " GiB/s)");
+  return 0;
+}
+
 // DALI's reader: one registered device pool, synchronous 2 MiB reads into slots inside it.
 int dali(const char* path, uint64_t size, int threads, int seconds) {
   constexpr uint64_t kPool = 256ull << 20, kRead = 2ull << 20;
@@ -402,6 +553,13 @@ int main(int argc, char** argv) {
     if (mode == std::string("h2d-") + memory_name(kind)) return copy_ceiling(true, kind);
     if (mode == std::string("d2h-") + memory_name(kind)) return copy_ceiling(false, kind);
   }
+  if (mode == "h2d-all")
+    return h2d_all(argc > 2 ? std::atoi(argv[2]) : 8,
+                   (argc > 3 ? std::strtoull(argv[3], nullptr, 0) : 16384) << 10,
+                   argc > 4 ? std::atof(argv[4]) : 5.0, argc > 5 ? argv[5] : nullptr);
+  if (mode == "register-files" && argc > 2)
+    return register_files(argv[2], (argc > 3 ? std::strtoull(argv[3], nullptr, 0) : 64) << 20,
+                          argc > 4 && std::atoi(argv[4]) == 1);
   if (mode == "copy-latency")
     return copy_latency(argc > 2 ? std::strtoull(argv[2], nullptr, 0) : 4096);
   if (argc < 3) return fail("this mode needs a FILE");

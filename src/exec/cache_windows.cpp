@@ -66,6 +66,8 @@ const char* FileWindows::acquire(int fd, uint64_t off, uint64_t len, uint64_t fi
     if (!may_make || demand_generation_ != generation || wanted == demand_.end() ||
         !wanted->second.wanted)
       return nullptr;  // read once so far, or a long read: staged
+    PageCacheDma::MakerTurn turn(*owner_);
+    if (!turn.held()) return nullptr;  // another window is being made: staged meanwhile
     demand_.erase(wanted);
     if (!make(lock, fd, index, file_size, ctx)) return nullptr;
     it = windows_.find(index);

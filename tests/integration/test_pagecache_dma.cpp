@@ -5,6 +5,8 @@
 // kernel will not map is staged; and every byte is right whichever way it went.
 #include <sys/mman.h>
 
+#include <future>
+
 #include "common.hpp"
 #include "core/stats.hpp"
 #include "sys/faulty_os.hpp"
@@ -308,6 +310,44 @@ TEST_F(PageCacheDma, AnIdleWindowMakesRoom) {
   EXPECT_GE(read_bytes_by(Path::page_cache_dma) - dma_before, 64 * MiB)
       << "the idle window did not make room for the second";
   EXPECT_LE(live_registered_() - registered_before, 64 * MiB) << "over the budget";
+}
+
+// One window is made at a time: a read that would make a window while another is being
+// registered is staged at once instead of queueing behind that registration (the driver runs
+// them one after another and holds the process's other calls up meanwhile); a later read makes
+// its window.
+TEST_F(PageCacheDma, AReadDoesNotQueueBehindAnotherWindowBeingMade) {
+  auto hold = reinterpret_cast<void (*)(int)>(driver_symbol("fakecuda_hold_registrations"));
+  auto waiting = reinterpret_cast<int (*)()>(driver_symbol("fakecuda_registrations_waiting"));
+  if (!hold || !waiting) GTEST_SKIP() << "needs the test double's registration hold";
+  struct Release {  // whatever happens, nothing stays held
+    void (*hold)(int);
+    ~Release() { hold(0); }
+  } release{hold};
+  const std::string two = dir_.file("two.bin");
+  std::vector<uint8_t> bytes;
+  ASSERT_NO_FATAL_FAILURE(make_file(two, test_seed() * 23, 128 * MiB, &bytes));
+  Handle h(two, O_RDONLY);
+  ASSERT_TRUE(h.ok());
+  ASSERT_EQ(read_and_check(h, bytes, 0, 128 * MiB, 4 * MiB), "");  // read once: both wanted next
+  hold(1);
+  auto first = std::async(std::launch::async, [&] { return read_and_check(h, bytes, 0, 4 * MiB, 4 * MiB); });
+  for (int i = 0; i < 10000 && waiting() == 0; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  ASSERT_EQ(waiting(), 1) << "the first window's registration never started";
+  const uint64_t dma_before = read_bytes_by(Path::page_cache_dma);
+  auto second = std::async(std::launch::async, [&] { return read_and_check(h, bytes, 64 * MiB, 4 * MiB, 4 * MiB); });
+  const bool done = second.wait_for(std::chrono::seconds(20)) == std::future_status::ready;
+  EXPECT_EQ(waiting(), 1) << "the second read began making its window too";
+  hold(0);
+  ASSERT_TRUE(done) << "the second read waited for the first window's registration";
+  EXPECT_EQ(second.get(), "");
+  EXPECT_EQ(read_bytes_by(Path::page_cache_dma), dma_before) << "the second read was not staged";
+  EXPECT_EQ(first.get(), "");
+  const uint64_t made_first = read_bytes_by(Path::page_cache_dma);
+  EXPECT_EQ(made_first - dma_before, 4 * MiB) << "the first read did not copy out of its window";
+  ASSERT_EQ(read_and_check(h, bytes, 64 * MiB, 4 * MiB, 4 * MiB), "");
+  EXPECT_EQ(read_bytes_by(Path::page_cache_dma) - made_first, 4 * MiB)
+      << "the second window was not made by the next read of its bytes";
 }
 
 // GPUFILE_PAGECACHE_DMA_MB=0 turns the path off: reads are staged.

@@ -230,6 +230,13 @@ struct Global {
   std::atomic<unsigned> delay_us{0};
   std::atomic<int> sticky{0};
 
+  // fakecuda_hold_registrations: while held, cuMemHostRegister waits (as the real driver's
+  // registrations take milliseconds), counted in registrations_waiting.
+  std::mutex hold_mu;
+  std::condition_variable hold_cv;
+  bool hold_registrations = false;
+  int registrations_waiting = 0;
+
   std::mutex fault_mu;
   std::vector<Rule> rules;
   std::atomic<bool> has_rules{false};
@@ -1207,6 +1214,13 @@ CUresult cuMemFreeHost(void* p) {
 
 CUresult cuMemHostRegister_v2(void* p, size_t size, unsigned int flags) {
   ENTER(cuMemHostRegister_v2);
+  {
+    Global& g = G();
+    std::unique_lock hold(g.hold_mu);
+    ++g.registrations_waiting;
+    g.hold_cv.wait(hold, [&] { return !g.hold_registrations; });
+    --g.registrations_waiting;
+  }
   CUctx_st* c;
   if (CUresult r = need_ctx(&c)) return r;
   if (!p || size == 0 || (flags & ~0xFu)) return CUDA_ERROR_INVALID_VALUE;
@@ -1750,5 +1764,19 @@ void fakecuda_set_async_delay_us(unsigned microseconds) {
 }
 
 int fakecuda_sticky_error(void) { return G().sticky.load(); }
+
+void fakecuda_hold_registrations(int hold) {
+  Global& g = G();
+  {
+    std::lock_guard lk(g.hold_mu);
+    g.hold_registrations = hold != 0;
+  }
+  g.hold_cv.notify_all();
+}
+
+int fakecuda_registrations_waiting(void) {
+  std::lock_guard lk(G().hold_mu);
+  return G().registrations_waiting;
+}
 
 }  // extern "C"
