@@ -626,8 +626,8 @@ NB_MODULE(_gpufile, m) {
       .def("abort", &PyRemoteWriter::abort, "Drops what was written: the object is not made.")
       .def("__enter__", [](nb::handle self) { return nb::borrow(self); })
       .def("__exit__", [](PyRemoteWriter& w, nb::args exc) {
-        if (exc.size() == 0 || exc[0].is_none()) w.close();
-        else w.abort();  // an exception in the block: nothing half-written appears
+        if (exc.size() > 0 && !exc[0].is_none()) w.abort();  // nothing half-written appears
+        else if (!w.closed()) w.close();  // aborted or failed inside the block: nothing to end
       })
       .def_prop_ro("closed", &PyRemoteWriter::closed)
       .def_prop_ro("mode", [](const PyRemoteWriter&) { return std::string("w"); })

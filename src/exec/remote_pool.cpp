@@ -65,16 +65,16 @@ bool RemotePool::add_thread() {
   return true;
 }
 
-void RemotePool::post(std::function<void()> task) {
+void RemotePool::post(std::function<void()> task, std::function<void()> cancel) {
   {
     std::lock_guard lock(mu_);
-    queued_.push_back(std::move(task));
+    queued_.push_back({std::move(task), std::move(cancel)});
     const bool idle_enough = idle_ + starting_ >= urgent_.size() + queued_.size();
     if (idle_enough || (threads_ < limit_ && add_thread()) || threads_ > 0) {
       wake_.notify_one();
       return;
     }
-    task = std::move(queued_.back());
+    task = std::move(queued_.back().task);
     queued_.pop_back();
   }
   task();  // no thread at all: the caller's own
@@ -100,9 +100,14 @@ void RemotePool::work() {
     ++idle_;
     wake_.wait(lock, [this] { return !urgent_.empty() || !queued_.empty(); });
     --idle_;
-    std::vector<std::function<void()>>& from = urgent_.empty() ? queued_ : urgent_;
-    std::function<void()> task = std::move(from.front());
-    from.erase(from.begin());
+    std::function<void()> task;
+    if (!urgent_.empty()) {
+      task = std::move(urgent_.front());
+      urgent_.erase(urgent_.begin());
+    } else {
+      task = std::move(queued_.front().task);
+      queued_.erase(queued_.begin());
+    }
     lock.unlock();
     task();
     task = nullptr;  // what it holds goes before the thread counts as idle again

@@ -30,7 +30,9 @@ class RemotePool {
   void allow(unsigned threads);
   // Runs `task` on a pool thread once one is free; queued tasks start in the order posted.
   // With no thread to be had at all (the system refused them), runs it on the calling thread.
-  void post(std::function<void()> task);
+  // `cancel`, when given, is called instead of `task` if the pool ends first (the library is
+  // being unloaded), so that whoever waits for the task learns it will not run.
+  void post(std::function<void()> task, std::function<void()> cancel = {});
   // Starts the first tasks of `tasks`, ahead of the queue, on threads free for them now, and
   // returns how many it started. Those wait for nothing else, so a task of the pool may wait
   // for them without a deadlock; the rest are the caller's to run or drop.
@@ -50,7 +52,10 @@ class RemotePool {
   mutable std::mutex mu_;
   std::condition_variable wake_;
   std::vector<std::function<void()>> urgent_;  // start_now's, taken first
-  std::vector<std::function<void()>> queued_;  // post's, oldest first
+  struct Queued {
+    std::function<void()> task, cancel;
+  };
+  std::vector<Queued> queued_;  // post's, oldest first
   unsigned limit_ = 1, threads_ = 0;
   unsigned idle_ = 0;      // waiting for a task
   unsigned starting_ = 0;  // made, not yet waiting
