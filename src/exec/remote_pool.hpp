@@ -7,10 +7,13 @@
 // long; and the executor ends with its driver session, while a Future may outlive a close.
 #pragma once
 
+#include <chrono>
 #include <condition_variable>
 #include <cstddef>
 #include <functional>
+#include <memory>
 #include <mutex>
+#include <thread>
 #include <vector>
 
 namespace gpufile::exec {
@@ -43,9 +46,23 @@ class RemotePool {
   // In the child of a fork: a fresh pool (the parent's threads do not exist there).
   static void forget_after_fork();
 
+  // Ends the pool, when the library is unloaded (dlclose) or the process exits (a static
+  // destructor calls it): queued tasks are cancelled (their `cancel`; a task posted without
+  // one runs here), tasks of start_now still run (their callers wait for them), then the
+  // threads end and are joined. A thread still busy after `wait` is left running (at exit the
+  // process ends it). Later posts are cancelled at once and start_now starts nothing, so
+  // nothing waits for the pool any more. Returns whether every thread was joined.
+  bool end(std::chrono::milliseconds wait);
+  // Threads that ended and were joined (by end()).
+  unsigned joined() const;
+
  private:
+  struct Worker {
+    std::thread thread;
+    bool exited = false;  // mu_: its loop returned
+  };
   RemotePool() = default;
-  void work();
+  void work(Worker* self);
   bool add_thread();  // mu_ held
   long free_threads() const;  // idle, starting or still to be made, less urgent tasks: mu_ held
 
@@ -56,6 +73,10 @@ class RemotePool {
     std::function<void()> task, cancel;
   };
   std::vector<Queued> queued_;  // post's, oldest first
+  std::condition_variable exited_;  // a thread's loop returned (after end())
+  std::vector<std::unique_ptr<Worker>> workers_;  // every thread made, joined by end()
+  bool ended_ = false;
+  unsigned joined_ = 0;
   unsigned limit_ = 1, threads_ = 0;
   unsigned idle_ = 0;      // waiting for a task
   unsigned starting_ = 0;  // made, not yet waiting
