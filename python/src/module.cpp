@@ -488,6 +488,7 @@ class PyRemoteWriter {
     writer_->abort();
   }
   bool closed() const { return writer_->closed(); }
+  bool aborted() const { return writer_->aborted(); }
   uint64_t written() const { return writer_->written(); }
   const std::string& url() const { return url_; }
 
@@ -667,7 +668,9 @@ NB_MODULE(_gpufile, m) {
       .def("__enter__", [](nb::handle self) { return nb::borrow(self); })
       .def("__exit__", [](PyRemoteWriter& w, nb::args exc) {
         if (exc.size() > 0 && !exc[0].is_none()) w.abort();  // nothing half-written appears
-        else if (!w.closed()) w.close();  // aborted or failed inside the block: nothing to end
+        // A write or pwrite that failed in the block (its exception caught, or its Future never
+        // asked) fails the close again: leaving the block is no sign the object was made.
+        else if (!w.aborted()) w.close();
       })
       .def_prop_ro("closed", &PyRemoteWriter::closed)
       .def_prop_ro("mode", [](const PyRemoteWriter&) { return std::string("w"); })

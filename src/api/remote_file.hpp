@@ -72,6 +72,8 @@ class RemoteWriter {
   // Bytes appended so far (by started writes too, once they are done).
   uint64_t written() const;
   bool closed() const;
+  // Whether abort() ended the upload (not a close, not a failure).
+  bool aborted() const { return aborted_; }
   // Appends `size` bytes from `buf` (host or GPU memory), copied before it returns; a full part
   // goes out on the remote pool once more bytes follow it. After a failure (this part's or an
   // earlier one's) the upload is aborted and later calls fail.

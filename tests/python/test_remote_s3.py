@@ -426,7 +426,23 @@ def test_a_failed_pwrite_fails_its_future_and_the_close(s3_env):
     with pytest.raises(FileNotFoundError, match="no such bucket"):
         f.result(timeout=60)
     with pytest.raises(FileNotFoundError, match="no such bucket"):
-        w.close()  # the failure again, though nobody asked the Future
+        w.close()  # the failure again
+    # Leaving a with block normally is no sign of success when a write in it failed: a pwrite
+    # whose Future nobody asked, or a write whose exception was caught.
+    with pytest.raises(FileNotFoundError, match="no such bucket"):
+        with gpufile.open("s3://nobucket/up/y", "w") as w:
+            w.pwrite(np.zeros(UPLOAD_PART + 1, dtype=np.uint8))
+    with pytest.raises(FileNotFoundError, match="no such bucket"):
+        with gpufile.open("s3://nobucket/up/z", "w") as w:
+            try:
+                w.write(np.zeros(UPLOAD_PART + 1, dtype=np.uint8))
+            except FileNotFoundError:
+                pass
+    with gpufile.open("s3://data/up/aborted-in-block", "w") as w:  # abort() in the block: no error
+        w.write(np.zeros(10, dtype=np.uint8))
+        w.abort()
+    with pytest.raises(FileNotFoundError):
+        gpufile.open("s3://data/up/aborted-in-block")
 
 
 @pytest.mark.parametrize("size, requests", [
