@@ -1,5 +1,5 @@
 """What the bench/ harnesses share (side_by_side.py, callers.py): running a measuring program with
-a log, reading the lines of gpufile_compare and `gpufile bench --json`, the page cache (warm,
+a log, a worker in a fresh process (remote_gpu.py, zarr_gpu.py), reading the lines of gpufile_compare and `gpufile bench --json`, the page cache (warm,
 drop), the data file, which libcufile a process runs on, and the pinned host-to-device ceiling
 through CuPy (hdf5_gpu.py, remote_gpu.py)."""
 import ctypes
@@ -102,6 +102,27 @@ def run_worker(shell, script, spec, env=None):
         if line.startswith("RESULT "):
             return json.loads(line[7:])
     return failure(p)
+
+
+def run_fresh(script, spec, extra=None, env=None):
+    """Runs `script worker JSON` in a fresh process of this interpreter, with `env` added to the
+    environment (remote_gpu.py, zarr_gpu.py): the dict of its "RESULT {json}" line, else `spec`
+    with ok False and the end of its output as the error; `extra` is added to either."""
+    p = subprocess.run([sys.executable, os.path.abspath(script), "worker", json.dumps(spec)],
+                       env=dict(os.environ, **env) if env else None, capture_output=True, text=True,
+                       timeout=600)
+    extra = extra or {}
+    for line in p.stdout.splitlines():
+        if line.startswith("RESULT "):
+            return dict(json.loads(line[7:]), **extra)
+    return dict(spec, **extra, ok=False, error=(p.stdout + p.stderr).strip()[-2000:])
+
+
+def installed(module):
+    """Whether `module` imports in a worker's environment (checked here, where the same sys.path
+    applies)."""
+    import importlib.util
+    return importlib.util.find_spec(module) is not None
 
 
 def drop_caches():

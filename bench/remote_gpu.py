@@ -52,14 +52,13 @@ import http.client
 import io
 import json
 import os
-import subprocess
 import sys
 import threading
 import time
 import urllib.parse
 import urllib.request
 
-from benchlib import pinned_ceiling, pinned_host, two_reads_cells
+from benchlib import installed, pinned_ceiling, pinned_host, run_fresh, two_reads_cells
 
 GIB = 1 << 30
 MIB = 1 << 20
@@ -308,19 +307,7 @@ def upload_s3(args, data):
 
 
 def run_case(spec, env):
-    p = subprocess.run([sys.executable, os.path.abspath(__file__), "worker", json.dumps(spec)],
-                       env=dict(os.environ, **env), capture_output=True, text=True, timeout=600)
-    for line in p.stdout.splitlines():
-        if line.startswith("RESULT "):
-            return dict(json.loads(line[7:]), env=env)
-    return dict(spec, env=env, ok=False, error=(p.stdout + p.stderr).strip()[-2000:])
-
-
-def not_installed(module):
-    """True when `module` does not import in a worker's environment (checked here, where the
-    same sys.path applies)."""
-    import importlib.util
-    return importlib.util.find_spec(module) is None
+    return run_fresh(__file__, spec, extra={"env": env}, env=env)
 
 
 def file_range_server(path, url_path):
@@ -428,7 +415,7 @@ def run_all(args):
 
 def run_cases(args, base, server, cases, rows, skipped):
     for case, env in cases:
-        if case.startswith("kvikio") and not_installed("kvikio"):
+        if case.startswith("kvikio") and not installed("kvikio"):
             skipped[case] = "kvikio not installed"
             continue
         for _ in range(args.repeat):

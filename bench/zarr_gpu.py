@@ -30,11 +30,10 @@ import argparse
 import json
 import os
 import shutil
-import subprocess
 import sys
 import time
 
-from benchlib import pinned_ceiling, two_reads_cells
+from benchlib import installed, pinned_ceiling, run_fresh, two_reads_cells
 
 GIB = 1 << 30
 MIB = 1 << 20
@@ -123,17 +122,7 @@ def worker(spec):
 
 
 def run_case(spec):
-    p = subprocess.run([sys.executable, os.path.abspath(__file__), "worker", json.dumps(spec)],
-                       capture_output=True, text=True, timeout=600)
-    for line in p.stdout.splitlines():
-        if line.startswith("RESULT "):
-            return json.loads(line[7:])
-    return dict(spec, ok=False, error=(p.stdout + p.stderr).strip()[-2000:])
-
-
-def installed(module):
-    import importlib.util
-    return importlib.util.find_spec(module) is not None
+    return run_fresh(__file__, spec)
 
 
 def print_table(rows, args):

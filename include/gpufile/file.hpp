@@ -43,6 +43,7 @@ class GPUFILE_API Future {
  private:
   friend class File;
   friend class RemoteFile;
+  friend class RemoteWriter;
   struct Impl;
   explicit Future(std::unique_ptr<Impl> impl) noexcept;
   std::unique_ptr<Impl> impl_;

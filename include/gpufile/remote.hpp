@@ -1,5 +1,6 @@
 // gpufile::RemoteFile: an http://, https:// or s3:// object, read into memory of any kind (GPU
-// device, managed, pinned or pageable host memory) with many ranged GETs in flight. Read-only.
+// device, managed, pinned or pageable host memory) with many ranged GETs in flight.
+// gpufile::RemoteWriter: a new s3:// object, written front to back from memory of any kind.
 // S3 credentials, region and endpoint come from where boto3 finds them; docs/remote.md says
 // where, and which failure becomes which error.
 #pragma once
@@ -42,6 +43,50 @@ class GPUFILE_API RemoteFile {
                    std::size_t buf_offset = 0);
   // The same, returning at once; Future::get() gives the bytes or throws the failure.
   Future pread(void* buf, std::size_t size, std::uint64_t offset = 0, std::size_t buf_offset = 0);
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+// A new s3:// object, written front to back: one PutObject when it ends within one part
+// (max(gpufile.remote_part_kb, 5 MiB)), else an S3 multipart upload with several parts in
+// flight. The object appears, whole, when close() returns; until then an object already at the
+// URL keeps its old bytes. abort(), a failure, or destroying a writer that was not closed drop
+// the upload: nothing is left in the bucket.
+class GPUFILE_API RemoteWriter {
+ public:
+  RemoteWriter() noexcept;  // no object: closed() is true
+  // Ready to write `url` (s3:// only). Sends nothing yet: a missing bucket or refused
+  // credentials fail the first request (the first part's write, else close()).
+  explicit RemoteWriter(const std::string& url);
+  ~RemoteWriter();  // aborts unless closed (after the writes in flight ended)
+  RemoteWriter(RemoteWriter&& other) noexcept;
+  RemoteWriter& operator=(RemoteWriter&& other) noexcept;  // aborts the upload it held first
+  RemoteWriter(const RemoteWriter&) = delete;
+  RemoteWriter& operator=(const RemoteWriter&) = delete;
+
+  // Appends `size` bytes from `buf` (GPU device, managed, pinned or pageable memory). They are
+  // copied before it returns (into pinned part buffers); full parts go out while more follow.
+  // A failure throws, aborts the upload and fails every later call.
+  void write(const void* buf, std::size_t size);
+  // The same, returning at once: the write runs on gpufile's remote threads, after the writes
+  // made before it (writes are appended in the order they are made). Future::get() gives
+  // `size` once the bytes are copied out of `buf` (the buffer is never read after that), or
+  // throws the failure. write(), close() and abort() wait for the writes in flight first.
+  Future write_async(const void* buf, std::size_t size);
+  // Sends the rest and ends the upload: the object exists from here on. Throws what failed the
+  // upload, now or earlier (a failed write_async included); after abort(),
+  // std::errc::bad_file_descriptor. Does nothing when closed already.
+  void close();
+  // Drops what was written: write_async calls that did not start fail with
+  // std::errc::operation_canceled; the one running and the parts in flight are waited for.
+  void abort();
+  // True once closed, aborted or failed: later writes throw.
+  bool closed() const noexcept;
+  const std::string& url() const noexcept;
+  // Bytes appended so far (write_async's once their Future is done).
+  std::uint64_t tell() const;
 
  private:
   struct Impl;

@@ -10,8 +10,8 @@
 
 Local directories: every chunk is a file read with gpufile.File (and written through one, then
 renamed into place). ``s3://bucket/prefix``: a chunk is an object read whole with one GET
-(into host memory), or with gpufile's RemoteFile (ranges, GPU memory: many ranged GETs in
-flight), written with one PUT (or a multipart upload when larger than a part), listed with
+(into host memory, then copied into GPU memory for zarr's GPU buffers), a byte range with
+gpufile's RemoteFile (ranged GETs, straight into GPU memory for GPU buffers), written with one PUT (or a multipart upload when larger than a part), listed with
 ListObjectsV2 and deleted with DeleteObject, all signed by libcurl as gpufile's other S3
 requests are (docs/remote.md). When zarr asks for GPU buffers (``zarr.config.enable_gpu()``),
 chunk bytes are read straight into GPU memory; decompression stays with zarr's codecs.
@@ -141,8 +141,8 @@ class GpufileStore(Store):
         where = self._where(key)
         if not self._s3 and os.path.isdir(where):
             return None
-        if self._s3 and byte_range is None and not wants_device_memory(prototype):
-            return self._get_whole(where, prototype)
+        if self._s3 and byte_range is None:
+            return self._get_whole(where, prototype, device)
         try:
             f = RemoteFile(where) if self._s3 else File(where, "r")
         except (FileNotFoundError, IsADirectoryError, NotADirectoryError):
@@ -151,13 +151,21 @@ class GpufileStore(Store):
             return read_range(f, prototype, byte_range, device)
 
     @staticmethod
-    def _get_whole(url: str, prototype: BufferPrototype) -> Optional[Buffer]:
-        """A whole object into host memory: one GET, without the HEAD that opening a
-        RemoteFile sends (a chunk read this way is one round trip, not two)."""
+    def _get_whole(url: str, prototype: BufferPrototype, device: Optional[int]) -> Optional[Buffer]:
+        """A whole object: one GET, without the HEAD that opening a RemoteFile sends (a chunk
+        read this way is one round trip, not two). It lands in host memory; for zarr's GPU
+        buffers it is then copied into GPU memory of `device`, in one copy."""
         try:
-            return prototype.buffer.from_bytes(_gpufile._remote_get(url))
+            data = _gpufile._remote_get(url)
         except FileNotFoundError:
             return None
+        if not wants_device_memory(prototype):
+            return prototype.buffer.from_bytes(data)
+        if not data:
+            return prototype.buffer.create_zero_length()
+        out = device_bytes(len(data), device)
+        copy_to_device(out, np.frombuffer(data, dtype=np.uint8))
+        return prototype.buffer.from_array_like(out)
 
     # zarr's synchronous protocols (SupportsGetSync, SupportsSetSync, SupportsDeleteSync): the
     # same on the calling thread.
@@ -462,6 +470,17 @@ def device_bytes(nbytes: int, device: Optional[int] = None) -> Any:
         # gpufile's read is ordered on no stream of CuPy's, so let that work finish first.
         cupy.cuda.get_current_stream().synchronize()
     return out
+
+
+def copy_to_device(out: Any, host: np.ndarray) -> None:
+    """Host bytes into GPU memory of device_bytes(): CuPy's copy (on its current stream, which
+    zarr's later work on the array follows), or gpufile's for DeviceBytes."""
+    if isinstance(out, DeviceBytes):
+        out.buffer.copy_from_host(host)
+        return
+    import cupy
+    with cupy.cuda.Device(out.device):
+        out.set(host)
 
 
 class DeviceBytes:

@@ -459,7 +459,21 @@ class PyRemoteWriter {
       r = writer_->write(reinterpret_cast<const void*>(b->addr() + buf_offset), n, &why);
     }
     if (!r.ok()) raise_remote(r, why, "write", url_);
+    made_ += r.bytes;
     return r.bytes;
+  }
+  // File.pwrite's shape for an object written front to back: the write is appended after every
+  // write made before it; `file_offset`, when given, must be where it lands (the bytes of the
+  // writes made so far), so that code writing a file in order with pwrite writes objects too.
+  PyFuture* pwrite(nb::handle buf, std::optional<uint64_t> size, std::optional<int64_t> file_offset,
+                   uint64_t buf_offset) {
+    auto b = Buffer::acquire(buf, false);
+    const uint64_t n = span(*b, size, buf_offset);
+    const uintptr_t at = b->addr() + buf_offset;
+    return start(at, n, file_offset, std::move(b));
+  }
+  PyFuture* pwrite_ptr(uintptr_t addr, uint64_t size, std::optional<int64_t> file_offset) {
+    return start(addr, size, file_offset, nullptr);
   }
   void close() {
     remote::Failure f;
@@ -474,12 +488,32 @@ class PyRemoteWriter {
     writer_->abort();
   }
   bool closed() const { return writer_->closed(); }
+  bool aborted() const { return writer_->aborted(); }
   uint64_t written() const { return writer_->written(); }
   const std::string& url() const { return url_; }
 
  private:
+  PyFuture* start(uintptr_t addr, uint64_t n, std::optional<int64_t> file_offset,
+                  std::unique_ptr<Buffer> b) {
+    if (file_offset && *file_offset != static_cast<int64_t>(made_))
+      throw nb::value_error(("an s3:// object is written front to back: this write lands at " +
+                             std::to_string(made_) + ", not at file_offset " +
+                             std::to_string(*file_offset))
+                                .c_str());
+    std::unique_ptr<api::Future> f;
+    Error e;
+    {
+      nb::gil_scoped_release unlocked;
+      e = writer_->start(reinterpret_cast<const void*>(addr), n, &f);
+    }
+    if (e) raise_os(e.sys_errno, url_ + ": pwrite: the upload is over (closed, aborted or failed)", url_);
+    made_ += n;
+    return new PyFuture(std::move(f), std::move(b), url_);
+  }
+
   std::string url_;
   std::unique_ptr<api::RemoteWriter> writer_;
+  uint64_t made_ = 0;  // bytes of the writes made so far, done or not: where the next one lands
 };
 
 // ---- settings and statistics -----------------------------------------------------------------
@@ -622,12 +656,21 @@ NB_MODULE(_gpufile, m) {
       .def(nb::init<const std::string&>(), "url"_a)
       .def("write", &PyRemoteWriter::write, "buf"_a, "size"_a = nb::none(), "buf_offset"_a = 0,
            "Appends the bytes of any GPU or host buffer; returns how many.")
+      .def("pwrite", &PyRemoteWriter::pwrite, "buf"_a, "size"_a = nb::none(),
+           "file_offset"_a = nb::none(), "buf_offset"_a = 0, nb::rv_policy::take_ownership,
+           "Appends like write, returning at once: a Future, done once the bytes are copied out "
+           "of buf. Writes land in the order made; file_offset, if given, must be where this one "
+           "lands.")
+      .def("pwrite_ptr", &PyRemoteWriter::pwrite_ptr, "ptr"_a, "size"_a,
+           "file_offset"_a = nb::none(), nb::rv_policy::take_ownership)
       .def("close", &PyRemoteWriter::close, "Sends the rest and completes the upload.")
       .def("abort", &PyRemoteWriter::abort, "Drops what was written: the object is not made.")
       .def("__enter__", [](nb::handle self) { return nb::borrow(self); })
       .def("__exit__", [](PyRemoteWriter& w, nb::args exc) {
-        if (exc.size() == 0 || exc[0].is_none()) w.close();
-        else w.abort();  // an exception in the block: nothing half-written appears
+        if (exc.size() > 0 && !exc[0].is_none()) w.abort();  // nothing half-written appears
+        // A write or pwrite that failed in the block (its exception caught, or its Future never
+        // asked) fails the close again: leaving the block is no sign the object was made.
+        else if (!w.aborted()) w.close();
       })
       .def_prop_ro("closed", &PyRemoteWriter::closed)
       .def_prop_ro("mode", [](const PyRemoteWriter&) { return std::string("w"); })

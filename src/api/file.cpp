@@ -61,11 +61,25 @@ std::unique_ptr<Future> Future::spawn(std::function<IoResult(std::string* messag
   // The pool's callable, and with it the task and what it holds, is destroyed after finish():
   // the Future is done first. It shares the state: finish() may still notify after a waiter
   // saw the result and destroyed the Future.
-  exec::RemotePool::instance().post([state = f->state_, task = std::move(task)] {
+  auto run = [state = f->state_, task = std::move(task)] {
     std::string message;
     IoResult r = task(&message);
     state->finish(r, std::move(message));
-  });
+  };
+  // The pool ended (the library is being unloaded) before the task started: it fails.
+  auto cancel = [state = f->state_] {
+    state->finish({0, Error::sys(ECANCELED)}, "the gpufile library was unloaded before the IO started");
+  };
+  exec::RemotePool::instance().post(std::move(run), std::move(cancel));
+  return f;
+}
+
+std::unique_ptr<Future> Future::pending(Finish* finish) {
+  std::unique_ptr<Future> f(new Future());
+  f->state_ = std::make_shared<State>();
+  *finish = [state = f->state_](const IoResult& r, std::string message) {
+    state->finish(r, std::move(message));
+  };
   return f;
 }
 

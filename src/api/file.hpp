@@ -47,6 +47,7 @@ class Future {
  private:
   friend class File;
   friend class RemoteFile;
+  friend class RemoteWriter;
   struct State;
   Future() = default;
   // A Future whose IO is `task`, run on the remote transfers' pool (exec/remote_pool.hpp); the
@@ -54,6 +55,10 @@ class Future {
   static std::unique_ptr<Future> spawn(std::function<IoResult(std::string* message)> task);
   // A Future already done, with result `r`.
   static std::unique_ptr<Future> finished(const IoResult& r);
+  // A Future that is done when `*finish` is called (once, from any thread, with the result and
+  // the failure's sentence); until then it is running.
+  using Finish = std::function<void(const IoResult& r, std::string message)>;
+  static std::unique_ptr<Future> pending(Finish* finish);
   std::shared_ptr<State> state_;
 };
 

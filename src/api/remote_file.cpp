@@ -195,13 +195,28 @@ remote::Failure RemoteWriter::open(const std::string& url, std::unique_ptr<Remot
 
 RemoteWriter::~RemoteWriter() { abort(); }
 
+uint64_t RemoteWriter::written() const { return written_.load(std::memory_order_acquire); }
+
+bool RemoteWriter::closed() const { return done_.load(std::memory_order_acquire); }
+
+// Called from a write (on whichever thread runs it): ends the upload, keeps why for close().
+// Started writes still queued then fail with EBADF when their turn comes.
 remote::Failure RemoteWriter::fail(remote::Failure f) {
-  abort();
+  failure_ = f;
+  done_ = true;
+  if (parts_) {
+    parts_->wait_all();
+    upload_->abort();
+    parts_->release();
+  }
   return f;
 }
 
-// The filled buffer goes out as the next part, on the remote pool; `then_next` picks the buffer
-// to fill next (waiting for a part to land when all are in flight).
+// The filled buffer goes out as the next part: on a pool thread that is free now, else on this
+// one (then the part is sent before this returns). So every part counted in flight is really
+// being sent, and waiting for one never waits for queued work: a write running on a pool
+// thread (a started one) cannot deadlock the pool. `then_next` picks the buffer to fill next
+// (waiting for a part to land when all are in flight).
 remote::Failure RemoteWriter::send_filled(bool then_next) {
   if (sent_ == 0)
     if (remote::Failure f = upload_->begin(); !f.ok()) return f;
@@ -209,7 +224,6 @@ remote::Failure RemoteWriter::send_filled(bool then_next) {
     return {EFBIG, url() + ": " + why};
   Parts& p = *parts_;
   const size_t slot = p.filling;
-  const uint64_t len = p.filled;
   const unsigned number = ++sent_;
   {
     std::lock_guard lock(p.mu);
@@ -217,8 +231,9 @@ remote::Failure RemoteWriter::send_filled(bool then_next) {
     ++p.in_flight;
   }
   // The writer waits for every part in flight before the upload or the buffers go.
-  exec::RemotePool::instance().post([parts = parts_, upload = upload_.get(), mem = p.current(), slot,
-                                     number, len] {
+  std::vector<std::function<void()>> part;
+  part.push_back([parts = parts_, upload = upload_.get(), mem = p.current(), slot, number,
+                  len = p.filled] {
     remote::Failure f = upload->put_part(number, mem, len);
     std::lock_guard lock(parts->mu);
     parts->slots[slot].sending = false;
@@ -226,6 +241,7 @@ remote::Failure RemoteWriter::send_filled(bool then_next) {
     --parts->in_flight;
     parts->sent.notify_all();
   });
+  if (exec::RemotePool::instance().start_now(part) == 0) part.front()();
   return then_next ? p.next_slot() : remote::Failure{};
 }
 
@@ -241,6 +257,11 @@ remote::Failure RemoteWriter::copy_in(const cuda::MemInfo& mem, const char* from
 }
 
 IoResult RemoteWriter::write(const void* buf, uint64_t size, remote::Failure* why) {
+  wait_for_started();
+  return write_now(buf, size, why);
+}
+
+IoResult RemoteWriter::write_now(const void* buf, uint64_t size, remote::Failure* why) {
   const uint64_t t0 = stats::call_started();
   IoResult r = append(buf, size, why);
   count_remote(sys::IoKind::write, buf, r, t0);
@@ -267,26 +288,97 @@ IoResult RemoteWriter::append(const void* buf, uint64_t size, remote::Failure* w
     parts_->filled += n;
     done += n;
   }
-  written_ += size;
+  written_.fetch_add(size, std::memory_order_acq_rel);
   return {size, Error::none()};
 }
 
-remote::Failure RemoteWriter::close() {
-  if (done_) return {};
-  if (sent_ == 0) {  // the whole object within one part: one PutObject
-    if (remote::Failure f = upload_->put_whole(parts_->current(), parts_->filled); !f.ok())
-      return fail(std::move(f));
-  } else {
-    if (remote::Failure f = send_filled(false); !f.ok()) return fail(std::move(f));
-    if (remote::Failure f = parts_->wait_all(); !f.ok()) return fail(std::move(f));
-    if (remote::Failure f = upload_->complete(sent_); !f.ok()) return fail(std::move(f));
+Error RemoteWriter::start(const void* buf, uint64_t size, std::unique_ptr<Future>* out) {
+  if (done_) return Error::sys(EBADF);
+  Future::Finish finish;
+  std::unique_ptr<Future> f = Future::pending(&finish);
+  bool post;
+  {
+    std::lock_guard lock(started_mu_);
+    started_.push_back({buf, size, std::move(finish)});
+    post = !draining_;
+    draining_ = true;
   }
+  // One task drains the writes started while it runs, so they are appended in order. The
+  // writer outlives it: every call that ends the writer waits for draining_ to drop.
+  if (post)
+    exec::RemotePool::instance().post([this] { drain(); }, [this] { drain_cancelled(); });
+  *out = std::move(f);
+  return Error::none();
+}
+
+void RemoteWriter::drain() {
+  for (;;) {
+    Started w;
+    {
+      std::lock_guard lock(started_mu_);
+      if (started_.empty()) {
+        draining_ = false;
+        drained_.notify_all();  // under the lock: the writer may go once a waiter has it
+        return;
+      }
+      w = std::move(started_.front());
+      started_.pop_front();
+    }
+    remote::Failure why;
+    const IoResult r = write_now(w.buf, w.size, &why);
+    w.finish(r, std::move(why.message));
+  }
+}
+
+void RemoteWriter::cancel_started() {
+  std::deque<Started> dropped;
+  {
+    std::lock_guard lock(started_mu_);
+    dropped.swap(started_);
+  }
+  for (Started& w : dropped)
+    w.finish({0, Error::sys(ECANCELED)}, url() + ": the write was cancelled (the writer was aborted)");
+}
+
+// The pool ended (the library is being unloaded) before the drain started: nothing will run
+// the started writes, so they fail, and the writer is free to go.
+void RemoteWriter::drain_cancelled() {
+  cancel_started();
+  std::lock_guard lock(started_mu_);
+  draining_ = false;
+  drained_.notify_all();
+}
+
+void RemoteWriter::wait_for_started() {
+  std::unique_lock lock(started_mu_);
+  drained_.wait(lock, [this] { return !draining_; });
+}
+
+remote::Failure RemoteWriter::close() {
+  wait_for_started();
+  if (done_) {
+    if (!failure_.ok()) return failure_;
+    if (aborted_) return {EBADF, url() + ": the upload was aborted"};
+    return {};  // closed already
+  }
+  remote::Failure f;
+  if (sent_ == 0) {  // the whole object within one part: one PutObject
+    f = upload_->put_whole(parts_->current(), parts_->filled);
+  } else {
+    f = send_filled(false);
+    if (f.ok()) f = parts_->wait_all();
+    if (f.ok()) f = upload_->complete(sent_);
+  }
+  if (!f.ok()) return fail(std::move(f));
   done_ = true;
   parts_->release();
   return {};
 }
 
 void RemoteWriter::abort() {
+  cancel_started();
+  wait_for_started();
+  if (!done_) aborted_ = true;
   done_ = true;
   if (!parts_) return;  // open failed
   parts_->wait_all();

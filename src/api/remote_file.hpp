@@ -6,6 +6,9 @@
 #pragma once
 
 #include <atomic>
+#include <condition_variable>
+#include <deque>
+#include <mutex>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -52,6 +55,10 @@ class RemoteFile {
 // an S3 multipart upload with several parts in flight. It appears, whole, when close()
 // succeeds; an abort, a failure or destroying a writer that was not closed leaves the bucket as
 // it was.
+//
+// Writes are appended in the order they are made, whether synchronous (write) or started
+// (start: a Future, run on the remote pool); write, close and abort first wait for the writes
+// started before them. One thread at a time may call a writer's functions.
 class RemoteWriter {
  public:
   // Sends nothing yet: a missing bucket or refused credentials fail the first request (the
@@ -62,30 +69,57 @@ class RemoteWriter {
   RemoteWriter& operator=(const RemoteWriter&) = delete;
 
   const std::string& url() const { return upload_->url(); }
-  uint64_t written() const { return written_; }
-  bool closed() const { return done_; }
+  // Bytes appended so far (by started writes too, once they are done).
+  uint64_t written() const;
+  bool closed() const;
+  // Whether abort() ended the upload (not a close, not a failure).
+  bool aborted() const { return aborted_; }
   // Appends `size` bytes from `buf` (host or GPU memory), copied before it returns; a full part
   // goes out on the remote pool once more bytes follow it. After a failure (this part's or an
   // earlier one's) the upload is aborted and later calls fail.
   IoResult write(const void* buf, uint64_t size, remote::Failure* why);
-  // Sends the rest and ends the upload: the object exists from here on.
+  // The same on the remote pool, after the writes started before it. The Future is done once
+  // the bytes are copied out of `buf` (not when they reached the server: close() says that).
+  // EBADF here for a writer closed, aborted or failed already.
+  Error start(const void* buf, uint64_t size, std::unique_ptr<Future>* out);
+  // Sends the rest and ends the upload: the object exists from here on. After a failure it
+  // returns that failure again; after abort(), EBADF.
   remote::Failure close();
-  // Waits for parts in flight, then drops the upload.
+  // Fails the started writes that did not begin (ECANCELED), waits for the one running and the
+  // parts in flight, then drops the upload.
   void abort();
 
  private:
   struct Parts;  // the part buffers and the parts in flight
+  struct Started {  // a write of start() that has not begun
+    const void* buf;
+    uint64_t size;
+    Future::Finish finish;
+  };
   RemoteWriter() = default;
   remote::Failure send_filled(bool then_next);
   remote::Failure copy_in(const cuda::MemInfo& mem, const char* from, uint64_t n);
+  IoResult write_now(const void* buf, uint64_t size, remote::Failure* why);
   IoResult append(const void* buf, uint64_t size, remote::Failure* why);
   remote::Failure fail(remote::Failure f);
+  void drain();             // runs the started writes, in order, on a pool thread
+  void cancel_started();    // fails the started writes that did not begin
+  void drain_cancelled();   // the pool ended before drain() ran
+  void wait_for_started();  // until no started write is left
 
   std::unique_ptr<remote::Upload> upload_;
   std::shared_ptr<Parts> parts_;  // shared with the parts in flight
-  uint64_t part_bytes_ = 0, written_ = 0;
+  uint64_t part_bytes_ = 0;
+  std::atomic<uint64_t> written_{0};
   unsigned sent_ = 0;  // parts sent so far: numbers 1..sent_
-  bool done_ = false;
+  std::atomic<bool> done_{false};
+  bool aborted_ = false;  // by abort(), before a close or a failure ended the upload
+  remote::Failure failure_;  // what ended the upload, when a failure did (for close())
+
+  mutable std::mutex started_mu_;
+  std::condition_variable drained_;
+  std::deque<Started> started_;  // started_mu_
+  bool draining_ = false;        // started_mu_: a pool task runs (or will run) started_
 };
 
 // One page of an s3:// bucket's keys, and deleting an object (io/remote/bucket.hpp), with the

@@ -1,4 +1,5 @@
-// gpufile::RemoteFile over api::RemoteFile (src/api/remote_file.hpp).
+// gpufile::RemoteFile and RemoteWriter over api::RemoteFile and api::RemoteWriter
+// (src/api/remote_file.hpp).
 #include "gpufile/remote.hpp"
 
 #include "api/remote_file.hpp"
@@ -70,6 +71,63 @@ Future RemoteFile::pread(void* buf, std::size_t size, std::uint64_t offset,
   if (Error e = impl_->file->start(static_cast<char*>(buf) + buf_offset, size, offset, &future->io))
     cppapi::raise(e, "pread", url());
   return Future(std::move(future));
+}
+
+// ---- RemoteWriter ----------------------------------------------------------------------------
+
+struct RemoteWriter::Impl {
+  std::unique_ptr<api::RemoteWriter> writer;
+  std::string url;
+};
+
+RemoteWriter::RemoteWriter() noexcept = default;
+
+RemoteWriter::RemoteWriter(const std::string& url) : impl_(std::make_unique<Impl>()) {
+  impl_->url = url;
+  if (remote::Failure f = api::RemoteWriter::open(url, &impl_->writer); !f.ok()) raise_failure(f);
+}
+
+RemoteWriter::~RemoteWriter() = default;  // ~api::RemoteWriter aborts an upload not closed
+RemoteWriter::RemoteWriter(RemoteWriter&& other) noexcept = default;
+RemoteWriter& RemoteWriter::operator=(RemoteWriter&& other) noexcept = default;
+
+bool RemoteWriter::closed() const noexcept {
+  return !impl_ || !impl_->writer || impl_->writer->closed();
+}
+
+const std::string& RemoteWriter::url() const noexcept {
+  static const std::string none;
+  return impl_ ? impl_->url : none;
+}
+
+std::uint64_t RemoteWriter::tell() const { return impl_ && impl_->writer ? impl_->writer->written() : 0; }
+
+void RemoteWriter::write(const void* buf, std::size_t size) {
+  if (!impl_ || !impl_->writer) cppapi::raise(Error::sys(EBADF), "write (the RemoteWriter holds no object)");
+  remote::Failure why;
+  IoResult r = impl_->writer->write(buf, size, &why);
+  if (!r.ok() && !why.ok()) raise_failure(why);
+  if (!r.ok()) cppapi::raise(r.error, "write", url());
+}
+
+Future RemoteWriter::write_async(const void* buf, std::size_t size) {
+  if (!impl_ || !impl_->writer)
+    cppapi::raise(Error::sys(EBADF), "write_async (the RemoteWriter holds no object)");
+  auto future = std::make_unique<Future::Impl>();
+  future->path = url();
+  future->kind = sys::IoKind::write;
+  if (Error e = impl_->writer->start(buf, size, &future->io))
+    cppapi::raise(e, "write_async (the upload is over: closed, aborted or failed)", url());
+  return Future(std::move(future));
+}
+
+void RemoteWriter::close() {
+  if (!impl_ || !impl_->writer) return;
+  if (remote::Failure f = impl_->writer->close(); !f.ok()) raise_failure(f);
+}
+
+void RemoteWriter::abort() {
+  if (impl_ && impl_->writer) impl_->writer->abort();
 }
 
 }  // namespace gpufile

@@ -352,6 +352,99 @@ def test_sizes_around_the_part_size_round_trip(s3_env, rng, size):
     np.testing.assert_array_equal(read_all(f"s3://data/up/size-{size}", size), data)
 
 
+def test_pwrite_futures_append_in_the_order_made(s3_env, rng):
+    """pwrite, File's shape: Futures done once their bytes are taken, appended in the order
+    made, mixed with write; file_offset, when given, must be where the write lands."""
+    data = rng.integers(0, 256, size=2 * UPLOAD_PART + 999, dtype=np.uint8)
+    pieces = np.array_split(data, 7)
+    with gpufile.open("s3://data/up/pwrite.bin", "w") as w:
+        futures, at = [], 0
+        for i, piece in enumerate(pieces):
+            if i == 3:
+                assert w.write(piece) == piece.size  # after the Futures before it
+            elif i == 4:
+                futures.append((w.pwrite(piece, file_offset=at), piece.size))
+            else:
+                futures.append((w.pwrite(piece), piece.size))
+            at += piece.size
+        with pytest.raises(ValueError, match=f"lands at {at}, not at file_offset 0"):
+            w.pwrite(pieces[0], file_offset=0)
+        assert [f.result(timeout=60) for f, _ in futures] == [n for _, n in futures]
+        assert w.tell() == data.size
+    np.testing.assert_array_equal(read_all("s3://data/up/pwrite.bin", data.size), data)
+
+
+def test_a_pwrite_buffer_is_free_once_its_future_is_done(s3_env, rng):
+    data = rng.integers(0, 256, size=UPLOAD_PART + 10, dtype=np.uint8)
+    buf = data.copy()
+    with gpufile.open("s3://data/up/taken.bin", "w") as w:
+        assert w.pwrite(buf).result(timeout=60) == buf.size
+        buf[:] = 0  # the object keeps what was there when the write was made
+    np.testing.assert_array_equal(read_all("s3://data/up/taken.bin", data.size), data)
+
+
+@needs_gpu_driver
+def test_pwrite_from_device_memory(s3_env, rng):
+    data = rng.integers(0, 256, size=UPLOAD_PART + 3, dtype=np.uint8)
+    buf = gpufile.DeviceBuffer(data.size)
+    buf.copy_from_host(data)
+    with gpufile.open("s3://data/up/pdev.bin", "w") as w:
+        half = data.size // 2
+        first = w.pwrite_ptr(buf.ptr, half)
+        second = w.pwrite(buf, size=data.size - half, buf_offset=half, file_offset=half)
+        assert (first.result(timeout=60), second.result(timeout=60)) == (half, data.size - half)
+    np.testing.assert_array_equal(read_all("s3://data/up/pdev.bin", data.size), data)
+
+
+def test_abort_cancels_the_pwrites_not_started(s3_env, rng):
+    piece = rng.integers(0, 256, size=UPLOAD_PART, dtype=np.uint8)
+    w = gpufile.open("s3://data/up/cancelled.bin", "w")
+    futures = [w.pwrite(piece) for _ in range(8)]
+    w.abort()
+    cancelled = False  # from the first cancelled write on, every later one is too
+    for f in futures:
+        assert f.done()  # abort waited for the write running
+        try:
+            assert f.result() == piece.size
+            assert not cancelled, "a write ran after one made before it was cancelled"
+        except OSError as e:
+            assert e.errno == errno.ECANCELED, e
+            cancelled = True
+    with pytest.raises(FileNotFoundError):
+        gpufile.open("s3://data/up/cancelled.bin")
+    with pytest.raises(OSError, match="the upload is over") as e:
+        w.pwrite(piece)
+    assert e.value.errno == errno.EBADF
+    with pytest.raises(OSError) as e:
+        w.close()  # after abort() there is nothing to complete
+    assert e.value.errno == errno.EBADF
+
+
+def test_a_failed_pwrite_fails_its_future_and_the_close(s3_env):
+    w = gpufile.open("s3://nobucket/up/x", "w")
+    f = w.pwrite(np.zeros(UPLOAD_PART + 1, dtype=np.uint8))  # its first part goes out
+    with pytest.raises(FileNotFoundError, match="no such bucket"):
+        f.result(timeout=60)
+    with pytest.raises(FileNotFoundError, match="no such bucket"):
+        w.close()  # the failure again
+    # Leaving a with block normally is no sign of success when a write in it failed: a pwrite
+    # whose Future nobody asked, or a write whose exception was caught.
+    with pytest.raises(FileNotFoundError, match="no such bucket"):
+        with gpufile.open("s3://nobucket/up/y", "w") as w:
+            w.pwrite(np.zeros(UPLOAD_PART + 1, dtype=np.uint8))
+    with pytest.raises(FileNotFoundError, match="no such bucket"):
+        with gpufile.open("s3://nobucket/up/z", "w") as w:
+            try:
+                w.write(np.zeros(UPLOAD_PART + 1, dtype=np.uint8))
+            except FileNotFoundError:
+                pass
+    with gpufile.open("s3://data/up/aborted-in-block", "w") as w:  # abort() in the block: no error
+        w.write(np.zeros(10, dtype=np.uint8))
+        w.abort()
+    with pytest.raises(FileNotFoundError):
+        gpufile.open("s3://data/up/aborted-in-block")
+
+
 @pytest.mark.parametrize("size, requests", [
     (0, ["PUT"]), (UPLOAD_PART - 1, ["PUT"]), (UPLOAD_PART, ["PUT"]),
     (UPLOAD_PART + 1, ["POST", "PUT", "PUT", "POST"])])

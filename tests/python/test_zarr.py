@@ -348,3 +348,24 @@ def test_s3_chunk_gets_are_one_get_without_head(aws_env, rng):
         assert store.get_sync("c/0/1", prototype=prototype) is None
         assert [(r[0], r[1]) for r in s.requests] == [("GET", "/bkt/arr/c/0/0"), ("GET", "/bkt/arr/c/0/1")]
         assert all("Range" not in r[2] for r in s.requests)
+
+
+@needs_gpu_driver
+def test_s3_chunk_gets_into_device_memory_are_one_get(aws_env, rng):
+    """A whole chunk got into zarr's GPU buffers is one GET too (no HEAD: into host memory,
+    then one copy into GPU memory); a range still opens the object (HEAD, then a ranged GET)."""
+    with RangeServer() as s:
+        aws_env.setenv("AWS_ENDPOINT_URL", s.base)
+        data = rng.bytes(300_000)
+        s.put("/bkt/arr/c/0/0", data)
+        s.put("/bkt/arr/c/0/2", b"")
+        store = GpufileStore("s3://bkt/arr", read_only=True)
+        assert device_get(store, "c/0/0") == data
+        assert run(store.get("c/0/1", DOUBLE_GPU)) is None
+        assert device_get(store, "c/0/2") == b""
+        assert [(r[0], r[1]) for r in s.requests] == [
+            ("GET", "/bkt/arr/c/0/0"), ("GET", "/bkt/arr/c/0/1"), ("GET", "/bkt/arr/c/0/2")]
+        assert all("Range" not in r[2] for r in s.requests)
+        s.requests.clear()
+        assert device_get(store, "c/0/0", RangeByteRequest(10, 5000)) == data[10:5000]
+        assert [r[0] for r in s.requests] == ["HEAD", "GET"]

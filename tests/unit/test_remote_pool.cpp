@@ -1,8 +1,12 @@
 // The remote pool (src/exec/remote_pool.hpp): however many tasks are posted, no more threads
-// than allowed run them; start_now starts only what free threads can take at once.
+// than allowed run them; start_now starts only what free threads can take at once; its end
+// cancels queued tasks, joins its threads and never waits past its bound.
 #include <gtest/gtest.h>
 
+#include <unistd.h>
+
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <functional>
@@ -77,6 +81,54 @@ TEST(RemotePool, StartNowStartsNoMoreThanTheFreeThreadsAndRunsThemAll) {
   ASSERT_TRUE(lanes.wait_until([&] { return lanes.done == static_cast<int>(started); }));
   ASSERT_TRUE(busy.wait_until([&] { return busy.done == 1; }));  // before the gates go
   EXPECT_LE(pool.threads(), 3u);
+}
+
+// The pool's end (at unload or exit) in a process of its own (a death test's child), since it
+// ends the process's one pool: queued tasks are cancelled, not run; busy threads past the wait
+// are left, and end() returns rather than hangs; later posts are cancelled at once.
+int end_with_busy_threads() {
+  RemotePool& pool = RemotePool::instance();
+  pool.allow(2);
+  Gate busy;
+  pool.post(busy.task());
+  pool.post(busy.task());
+  if (!busy.wait_until([&] { return busy.running == 2; })) return 10;
+  std::atomic<int> ran{0}, cancelled{0};
+  for (int i = 0; i < 3; ++i) pool.post([&] { ++ran; }, [&] { ++cancelled; });
+  const auto t0 = std::chrono::steady_clock::now();
+  if (pool.end(std::chrono::milliseconds(200))) return 11;  // two threads are still busy
+  if (std::chrono::steady_clock::now() - t0 > std::chrono::seconds(10)) return 12;
+  if (ran != 0 || cancelled != 3) return 13;
+  pool.post([&] { ++ran; }, [&] { ++cancelled; });  // after the end: cancelled here and now
+  if (ran != 0 || cancelled != 4) return 14;
+  std::vector<std::function<void()>> lanes{[] {}};
+  if (pool.start_now(lanes) != 0) return 15;
+  busy.release();  // the busy threads finish their tasks, then end
+  if (!busy.wait_until([&] { return busy.done == 2; })) return 16;
+  return 0;
+}
+
+int end_with_idle_threads() {
+  RemotePool& pool = RemotePool::instance();
+  pool.allow(3);
+  Gate gate;
+  for (int i = 0; i < 3; ++i) pool.post(gate.task());
+  if (!gate.wait_until([&] { return gate.running == 3; })) return 20;
+  gate.release();
+  if (!gate.wait_until([&] { return gate.done == 3; })) return 21;
+  if (!pool.end(std::chrono::seconds(30))) return 22;  // idle threads end at once
+  if (pool.joined() != pool.threads() || pool.joined() != 3) return 23;
+  int later = 0;
+  pool.post([&] { later = 1; });  // no cancel: the task itself runs on the caller's thread
+  return later == 1 ? 0 : 24;
+}
+
+TEST(RemotePoolDeathTest, EndCancelsQueuedTasksAndDoesNotWaitForBusyThreads) {
+  EXPECT_EXIT(_exit(end_with_busy_threads()), ::testing::ExitedWithCode(0), "");
+}
+
+TEST(RemotePoolDeathTest, EndJoinsIdleThreads) {
+  EXPECT_EXIT(_exit(end_with_idle_threads()), ::testing::ExitedWithCode(0), "");
 }
 
 }  // namespace
