@@ -22,6 +22,7 @@ connections) land in the first read:
   ceiling          pinned host-to-device copy of the same size through CuPy, best of 5
   gpufile          gpufile.open(url).read(device array), default settings
   gpufile-c32-p16M the same with GPUFILE_REMOTE_CONCURRENCY=32, GPUFILE_REMOTE_PART_KB=16384
+                   (--gpufile-sweep c16-p8M,c64-p4M,... adds more such cases, one per setting)
   kvikio           kvikio.RemoteFile.open_http(url).read(device array), KvikIO's defaults
   kvikio-t16       the same with KVIKIO_NTHREADS=16, KVIKIO_TASK_SIZE=16 MiB
   urllib           urllib.request.urlopen(url).read(), then cupy.asarray (the naive way)
@@ -52,6 +53,7 @@ import http.client
 import io
 import json
 import os
+import re
 import sys
 import threading
 import time
@@ -231,7 +233,8 @@ def timed_read(spec, dev, state):
     import cupy as cp
     cp.cuda.runtime.deviceSynchronize()
     t0 = time.perf_counter()
-    out = READERS[spec["case"]](spec, dev, state)
+    reader = read_gpufile if spec["case"].startswith("gpufile-c") else READERS[spec["case"]]
+    out = reader(spec, dev, state)
     cp.cuda.runtime.deviceSynchronize()
     return out, time.perf_counter() - t0
 
@@ -392,7 +395,8 @@ def run_all(args):
     base = dict(size=size, threads=args.threads, part_mib=args.part_mib, s3=args.s3)
     rows = [run_case(dict(base, case="ceiling"), {})]
     data = object_bytes(size).tobytes()
-    cases = list(HTTP_CASES)
+    cases = [c for c in HTTP_CASES if not args.cases or c[0] in args.cases.split(",")]
+    cases += sweep_cases(args.gpufile_sweep)
     skipped = {}
     reason = s3_skip_reason(args)
     if reason:
@@ -413,6 +417,18 @@ def run_all(args):
     return rows
 
 
+def sweep_cases(spec):
+    """--gpufile-sweep's 'c32-p16M,c64-p8M' as gpufile cases with their settings."""
+    cases = []
+    for item in filter(None, (spec or "").split(",")):
+        m = re.fullmatch(r"c(\d+)-p(\d+)M", item)
+        if not m:
+            raise SystemExit(f"--gpufile-sweep: {item!r} is not cCONCURRENCY-pPART_MIBM")
+        cases.append((f"gpufile-{item}", {"GPUFILE_REMOTE_CONCURRENCY": m[1],
+                                          "GPUFILE_REMOTE_PART_KB": str(int(m[2]) * 1024)}))
+    return cases
+
+
 def run_cases(args, base, server, cases, rows, skipped):
     for case, env in cases:
         if case.startswith("kvikio") and not installed("kvikio"):
@@ -430,7 +446,7 @@ def print_table(rows, args):
     print("| case | settings | first read GiB/s | second read GiB/s | % of pinned H2D (first / "
           "second) | bytes checked |")
     print("|---|---|---|---|---|---|")
-    order = [case for case, _ in HTTP_CASES + S3_CASES]
+    order = [case for case, _ in HTTP_CASES + sweep_cases(args.gpufile_sweep) + S3_CASES]
     cases = sorted((r for r in rows if r["case"] != "ceiling"),
                    key=lambda r: order.index(r["case"]))
     for r in cases:
@@ -457,6 +473,9 @@ def main():
     ap.add_argument("--threads", type=int, default=16, help="urllib-parallel's threads")
     ap.add_argument("--part-mib", type=int, default=16, help="urllib-parallel's ranged GET size")
     ap.add_argument("--repeat", type=int, default=1, help="fresh processes per case")
+    ap.add_argument("--cases", help="only these of the HTTP cases above (comma-separated; sweep cases always run)")
+    ap.add_argument("--gpufile-sweep", default="",
+                    help="more gpufile cases, e.g. c16-p8M,c64-p4M (concurrency, part MiB)")
     ap.add_argument("--serve", choices=("file", "memory"), default="file",
                     help="serve the object from a file in --dir by sendfile (default) or from "
                          "a bytes object in memory")

@@ -12,8 +12,9 @@ case; decompression would be zarr's codecs' time, the same for every store) is w
 with zarr's LocalStore under --dir and read twice so the page cache holds it (a warm read, as
 the other harnesses' headline cases).
 
-Cases, each in a fresh process (first read: CUDA context made before the timer, store and
-array opened inside it; second read in the same process):
+Cases, each in a fresh process (first read: CUDA context made and zarr and the store's module
+imported before the timer, store and array opened inside it; second read in the same process;
+a second table splits each read into opening the store, the array, and reading it):
   ceiling            pinned host-to-device copy of the same size through CuPy, best of 5
   gpufile            zarr.config.enable_gpu(); open_array(GpufileStore(dir))[:]  -> CuPy array
   localstore-gpu     zarr.config.enable_gpu(); open_array(LocalStore(dir))[:]   -> CuPy array
@@ -85,15 +86,31 @@ def open_store(case, path):
     return zarr.storage.LocalStore(path, read_only=True)
 
 
-def read_whole(case, path):
+def import_store_modules(case):
+    """zarr and the case's store module: a process imports them once, before any read."""
+    import zarr  # noqa: F401
+    if case == "gpufile":
+        import gpufile.zarr  # noqa: F401
+    elif case == "kvikio":
+        import kvikio.zarr  # noqa: F401
+
+
+def read_whole(case, path, phases):
+    """The whole array into GPU memory; `phases` gets the seconds of each step."""
     import cupy as cp
     import zarr
     if case != "localstore+cupy":
         zarr.config.enable_gpu()
-    out = zarr.open_array(open_store(case, path), mode="r")[:]
+    t0 = time.perf_counter()
+    store = open_store(case, path)
+    t1 = time.perf_counter()
+    array = zarr.open_array(store, mode="r")
+    t2 = time.perf_counter()
+    out = array[:]
     if case == "localstore+cupy":
         out = cp.asarray(out)
     cp.cuda.runtime.deviceSynchronize()
+    phases.update(open_store_s=t1 - t0, open_array_s=t2 - t1, read_s=time.perf_counter() - t2)
     return out
 
 
@@ -105,12 +122,16 @@ def worker(spec):
     import cupy as cp
     size = spec["size"]
     expected = cp.asarray(expected_bytes(size))
-    result = dict(spec, checked_bytes=0)
+    t0 = time.perf_counter()
+    import_store_modules(spec["case"])
+    result = dict(spec, checked_bytes=0, import_s=time.perf_counter() - t0)
     for label in ("first", "second"):
         cp.cuda.runtime.deviceSynchronize()
         t0 = time.perf_counter()
-        out = read_whole(spec["case"], spec["path"])
+        phases = {}
+        out = read_whole(spec["case"], spec["path"], phases)
         seconds = time.perf_counter() - t0
+        result.update({f"{label}_{k}": v for k, v in phases.items()})
         on_gpu = isinstance(out, cp.ndarray)
         ok = on_gpu and out.shape == (size,) and bool(cp.array_equal(out, expected))
         result.update({label + "_s": seconds, label + "_gib_s": size / GIB / seconds,
@@ -141,6 +162,16 @@ def print_table(rows, args):
         print("| " + " | ".join([r["case"]] + cells) + " |")
     if ceiling:
         print(f"| pinned host-to-device (CuPy, best of 5) | {ceiling:.2f} | | 100% | |")
+    print("\nWhere each read's time went, ms: importing zarr and the store's module (once, before "
+          "the first read), then per read: opening the store, the array, reading it\n")
+    print("| case | import | first: store / array / read | second: store / array / read |")
+    print("|---|---|---|---|")
+    for r in rows:
+        if "first_read_s" not in r:
+            continue
+        step = lambda label: " / ".join(f"{1000 * r[f'{label}_{k}']:.1f}"
+                                        for k in ("open_store_s", "open_array_s", "read_s"))
+        print(f"| {r['case']} | {1000 * r['import_s']:.0f} | {step('first')} | {step('second')} |")
 
 
 def main():
