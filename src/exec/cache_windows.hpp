@@ -157,8 +157,9 @@ class PageCacheDma : public std::enable_shared_from_this<PageCacheDma> {
   // after another whatever the threads (16 GiB of windows took 390-440 ms on one thread or four,
   // in 64 or 256 MiB windows) and holds the process's other calls up meanwhile, so callers
   // making windows at once only queue, each holding its call: one process reading into four
-  // GPUs, 32 callers, ran at about 20 GiB/s for the 1.3 s its 256 windows took to make.
-  // A caller that finds the turn taken stages its piece and leaves the window for a later read.
+  // GPUs, 32 callers, ran at 10-30 GiB/s for the 1-1.3 s its 256 windows took to make, 57 GiB/s
+  // with one made at a time (docs/performance.md, session 12). A caller that finds the turn
+  // taken stages its piece and leaves the window for a later read.
   class MakerTurn {
    public:
     explicit MakerTurn(PageCacheDma& owner)
