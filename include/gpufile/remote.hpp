@@ -20,9 +20,10 @@ class GPUFILE_API RemoteFile {
  public:
   RemoteFile() noexcept;  // no object: closed() is true
   // Opens the object: one HEAD request pins its size and ETag (every later read checks the
-  // ETag, so a replaced object fails a read instead of mixing versions). Throws an Exception
-  // with std::errc::no_such_file_or_directory (no such object or bucket), permission_denied,
-  // timed_out, io_error, ... and a message that says what the server did.
+  // ETag, so a replaced object fails a read instead of mixing versions). A server refusing HEAD
+  // with 403, 405 or 501, as a URL presigned for GET does, is asked for the first byte instead.
+  // Throws an Exception with std::errc::no_such_file_or_directory (no such object or bucket),
+  // permission_denied, timed_out, io_error, ... and a message that says what the server did.
   explicit RemoteFile(const std::string& url);
   ~RemoteFile();  // waits for reads in flight
   RemoteFile(RemoteFile&& other) noexcept;

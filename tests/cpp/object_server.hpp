@@ -1,5 +1,6 @@
 // A small HTTP/1.1 server on 127.0.0.1 for the C++ API's remote tests (test_remote.cpp,
-// test_unload.cpp): HEAD and ranged GETs of one object at /object, 404 for anything else.
+// test_unload.cpp): HEAD and ranged GETs of one object at /object, 404 for anything else;
+// refuse_head() makes HEAD fail as some servers' does.
 #pragma once
 
 #include <arpa/inet.h>
@@ -47,6 +48,8 @@ class ObjectServer {
     return "http://127.0.0.1:" + std::to_string(port_) + path;
   }
   int gets() const { return gets_; }
+  // From now on HEAD is answered with `status` (403 as to a URL presigned for GET, 405, 501).
+  void refuse_head(int status) { head_status_ = status; }
 
  private:
   void accept_loop() {
@@ -81,7 +84,9 @@ class ObjectServer {
     std::string reply, body;
     unsigned long long first = 0, last = 0;
     const size_t range = request.find("Range: bytes=");
-    if (!ours) {
+    if (head && head_status_ != 0) {  // whatever the path, as such servers do
+      reply = "HTTP/1.1 " + std::to_string(head_status_.load()) + " Refused\r\nContent-Length: 0\r\n\r\n";
+    } else if (!ours) {
       reply = "HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\n\r\n";
     } else if (head) {
       reply = "HTTP/1.1 200 OK\r\nETag: \"e1\"\r\nContent-Length: " + std::to_string(object_.size()) + "\r\n\r\n";
@@ -108,6 +113,7 @@ class ObjectServer {
   int port_ = 0;
   std::atomic<bool> stopping_{false};
   std::atomic<int> gets_{0};
+  std::atomic<int> head_status_{0};
   std::thread acceptor_;
   std::mutex mu_;
   std::vector<int> conns_;

@@ -39,6 +39,33 @@ TEST_P(RemoteFileTest, ReadsAndPreadsAreByteExact) {
 
 INSTANTIATE_TEST_SUITE_P(Memory, RemoteFileTest, ::testing::ValuesIn(kAllMem));
 
+// A server that refuses HEAD (403 to a URL presigned for GET, 405, 501): the size and ETag come
+// from a GET of the first byte, and the object reads as usual.
+TEST_F(CppApiTest, ARefusedHeadIsReplacedByAFirstByteGet) {
+  const auto bytes = random_bytes((256 << 10) + 3, 7);
+  for (int status : {403, 405, 501}) {
+    ObjectServer server(bytes);
+    server.refuse_head(status);
+    gpufile::RemoteFile f(server.url("/object"));
+    EXPECT_EQ(f.size(), bytes.size()) << status;
+    EXPECT_EQ(f.etag(), "\"e1\"") << status;
+    EXPECT_EQ(server.gets(), 1) << status;  // the probe
+    std::vector<std::uint8_t> out(bytes.size());
+    EXPECT_EQ(f.read(out.data(), out.size()), bytes.size()) << status;
+    EXPECT_EQ(mismatch(out, bytes), "") << status;
+  }
+  ObjectServer server(bytes);
+  server.refuse_head(405);
+  try {
+    gpufile::RemoteFile f(server.url("/missing"));
+    ADD_FAILURE() << "opened a missing object";
+  } catch (const gpufile::Exception& e) {  // the GET's answer, the HEAD's named after it
+    const std::string what = e.what();
+    EXPECT_NE(what.find("HTTP 404 (GET bytes=0-0"), std::string::npos) << what;
+    EXPECT_NE(what.find("HEAD was refused too (HTTP 405)"), std::string::npos) << what;
+  }
+}
+
 TEST_F(CppApiTest, RemoteErrorsAreExceptions) {
   ObjectServer server(random_bytes(100, 1));
   EXPECT_GPUFILE_ERROR(gpufile::RemoteFile(server.url("/missing")), std::errc::no_such_file_or_directory);

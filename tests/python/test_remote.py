@@ -174,6 +174,46 @@ def test_denied_is_permission_error(server, obj):
         gpufile.open(url)
 
 
+@pytest.mark.parametrize("refusal", [403, 405, 501])
+def test_a_server_that_refuses_head_is_asked_for_the_first_byte(server, obj, refusal):
+    """A URL presigned for GET answers HEAD with 403 (the method is signed); some servers answer
+    405 or 501. The object's size and ETag then come from a GET of its first byte."""
+    url, data = obj
+    server.faults.head_status = refusal
+    with gpufile.open(url) as f:
+        assert f.size() == data.size and f.etag
+        out = np.zeros(data.size, dtype=np.uint8)
+        assert f.read(out) == data.size
+    np.testing.assert_array_equal(out, data)
+    head, probe = server.requests[:2]
+    assert (head[0], probe[0], probe[2].get("Range")) == ("HEAD", "GET", "bytes=0-0")
+
+
+def test_refused_head_on_an_empty_object_and_without_ranges(server, rng):
+    server.faults.head_status = 405
+    server.put("/empty", b"")
+    with gpufile.open(server.base + "/empty") as f:  # the 416's "bytes */0"
+        assert f.size() == 0
+        assert f.read(np.zeros(16, dtype=np.uint8)) == 0
+    server.ignore_range = True  # the probe's answer is the whole object: its length, body cut off
+    small = rng.bytes(PART // 2)
+    server.put("/small", small)
+    with gpufile.open(server.base + "/small") as f:
+        assert f.size() == len(small)
+        out = np.zeros(len(small), dtype=np.uint8)
+        assert f.read(out) == len(small) and out.tobytes() == small
+
+
+def test_refused_head_then_the_get_says_what_is_wrong(server, obj):
+    url, _ = obj
+    server.faults.head_status = 405
+    with pytest.raises(FileNotFoundError, match=r"HTTP 404 \(GET bytes=0-0.*HEAD was refused too \(HTTP 405\)"):
+        gpufile.open(server.base + "/nothing-here")
+    server.require_header = "Authorization"  # HEAD and GET both 403
+    with pytest.raises(PermissionError, match="access denied.*GET bytes=0-0.*HTTP 403"):
+        gpufile.open(url)
+
+
 def test_remote_objects_are_read_only(server, obj):
     url, _ = obj
     with pytest.raises(ValueError, match="read-only"):

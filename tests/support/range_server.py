@@ -121,6 +121,8 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         m = re.fullmatch(r"bytes=(\d+)-(\d+)", self.headers.get("Range", ""))
         if not m or self.server.ignore_range:
             return self._reply(200, data, {"ETag": etag})
+        if int(m.group(1)) >= len(data):  # nothing there (an empty object's bytes=0-0 too)
+            return self._reply(416, b"", {"ETag": etag, "Content-Range": f"bytes */{len(data)}"})
         first, last = int(m.group(1)), min(int(m.group(2)), len(data) - 1)
         body = data[first:last + 1]
         headers = {"ETag": etag, "Content-Range": f"bytes {first}-{last}/{len(data)}"}

@@ -1,5 +1,5 @@
 // The pure parts of remote objects (src/io/remote): URLs, S3 addressing, where AWS settings come
-// from, range planning and the retry policy. The network parts run in tests/python/test_remote*.py.
+// from, range planning, the retry policy and what a reply's headers say. The network parts run in tests/python/test_remote*.py.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -11,6 +11,7 @@
 #include "io/remote/aws.hpp"
 #include "io/remote/bucket.hpp"
 #include "io/remote/policy.hpp"
+#include "io/remote/request.hpp"
 #include "io/remote/upload.hpp"
 
 namespace gpufile::remote {
@@ -200,6 +201,8 @@ TEST(RemotePolicy, Verdicts) {
   EXPECT_EQ(judge(Transport::ok, 401, false), Verdict::denied);
   EXPECT_EQ(judge(Transport::ok, 412, false), Verdict::changed);
   EXPECT_EQ(judge(Transport::ok, 400, false), Verdict::failed);
+  EXPECT_EQ(judge(Transport::ok, 501, false), Verdict::failed);  // not implemented: for good
+  EXPECT_EQ(judge(Transport::ok, 505, false), Verdict::failed);
   EXPECT_EQ(judge(Transport::dropped, 206, false), Verdict::retry);
   EXPECT_EQ(judge(Transport::refused, 0, false), Verdict::retry);
   EXPECT_EQ(judge(Transport::timed_out, 206, false), Verdict::timed_out);
@@ -263,6 +266,42 @@ TEST(RemotePolicy, RetryWaitsStayWithinTheBackoffAndSpread) {
     EXPECT_LT(low, ceiling / 2);
     EXPECT_GT(high, ceiling / 2);
   }
+}
+
+// A reply's Content-Range: the range of a 206, and the object's size, which a 206 gives after
+// the slash and an empty object's 416 gives as "bytes */0" (what a server that refuses HEAD
+// answers to the first-byte probe).
+TEST(RemoteResponse, ContentRangeGivesTheRangeAndTheTotal) {
+  Response r;
+  r.on_header("HTTP/1.1 206 Partial Content\r\n");
+  r.on_header("Content-Range: bytes 0-0/3145851\r\n");
+  EXPECT_EQ(r.status, 206);
+  EXPECT_TRUE(r.has_range && r.has_total);
+  EXPECT_EQ(r.range_first, 0u);
+  EXPECT_EQ(r.range_last, 0u);
+  EXPECT_EQ(r.range_total, 3145851u);
+
+  Response empty;
+  empty.on_header("HTTP/1.1 416 Range Not Satisfiable\r\n");
+  empty.on_header("content-range: bytes */0\r\n");
+  EXPECT_FALSE(empty.has_range);
+  EXPECT_TRUE(empty.has_total);
+  EXPECT_EQ(empty.range_total, 0u);
+
+  Response unknown;
+  unknown.on_header("Content-Range: bytes 10-19/*\r\n");
+  EXPECT_TRUE(unknown.has_range);
+  EXPECT_FALSE(unknown.has_total);
+
+  for (const char* junk : {"Content-Range: bytes 5-/9\r\n", "Content-Range: items 0-1/2\r\n",
+                           "Content-Range: bytes 0-1\r\n", "Content-Range: bytes -1/2\r\n"}) {
+    Response bad;
+    bad.on_header(junk);
+    EXPECT_FALSE(bad.has_range) << junk;
+  }
+  Response bad_total;
+  bad_total.on_header("Content-Range: bytes 0-1/x\r\n");
+  EXPECT_FALSE(bad_total.has_total);
 }
 
 }  // namespace

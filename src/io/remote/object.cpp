@@ -55,41 +55,103 @@ Failure Object::open(const std::string& url, const Options& options, std::shared
 
 Object::~Object() = default;
 
-// Size and ETag, from a HEAD request, retried as parts are.
+// Size and ETag, from a HEAD request. A server may refuse HEAD and still serve GETs: a URL
+// presigned for GET answers HEAD with 403 (the method is part of what is signed), and some
+// servers answer 405 or 501. For those the first byte is asked for instead.
 Failure Object::head() {
+  long refused = 0;  // the HEAD's status, when it was one of those
+  Failure f = ask(
+      "HEAD",
+      [&](CURL* e, Response*) {
+        curl()->easy_setopt(e, CURLOPT_NOBODY, 1L);
+        curl()->easy_setopt(e, CURLOPT_WRITEFUNCTION, &discard_body);
+      },
+      [&](CURL* e, CURLcode rc, const Response& r, Verdict* v) {
+        curl_off_t length = -1;
+        curl()->easy_getinfo(e, CURLINFO_CONTENT_LENGTH_DOWNLOAD_T, &length);
+        *v = judge(transport_of(rc), r.status, length >= 0);
+        if (*v == Verdict::done) {
+          size_ = static_cast<uint64_t>(length);
+          etag_ = r.etag;
+          return true;
+        }
+        if (r.status == 403 || r.status == 405 || r.status == 501) refused = r.status;
+        return false;
+      });
+  if (f.ok() || refused == 0) return f;
+  Failure probed = probe_by_range();
+  if (!probed.ok())
+    probed.message += "; HEAD was refused too (HTTP " + std::to_string(refused) + ")";
+  return probed;
+}
+
+namespace {
+
+// The probe's body: a 206's one byte is kept by nobody; a 200 (a server without ranges sends
+// the whole object) is cut off at its first bytes, its Content-Length having said the size.
+size_t stop_after_headers(char*, size_t size, size_t n, void* reply) {
+  return static_cast<const Response*>(reply)->status == 200 ? 0 : size * n;
+}
+
+}  // namespace
+
+// GET with Range: bytes=0-0. A 206 gives the size in its Content-Range (".../TOTAL"); an empty
+// object's 416 does too ("bytes */0"); a 200 from a server without ranges, in Content-Length.
+Failure Object::probe_by_range() {
+  return ask(
+      "GET bytes=0-0",
+      [&](CURL* e, Response* reply) {
+        curl()->easy_setopt(e, CURLOPT_HTTPGET, 1L);
+        curl()->easy_setopt(e, CURLOPT_RANGE, "0-0");
+        curl()->easy_setopt(e, CURLOPT_WRITEFUNCTION, &stop_after_headers);
+        curl()->easy_setopt(e, CURLOPT_WRITEDATA, reply);  // its status is in before the body
+      },
+      [&](CURL* e, CURLcode rc, const Response& r, Verdict* v) {
+        curl_off_t length = -1;
+        curl()->easy_getinfo(e, CURLINFO_CONTENT_LENGTH_DOWNLOAD_T, &length);
+        const bool total = (r.status == 206 || r.status == 416) && r.has_total;
+        if (total || (r.status == 200 && length >= 0)) {
+          size_ = total ? r.range_total : static_cast<uint64_t>(length);
+          etag_ = r.etag;
+          return true;
+        }
+        // A 200 without a length, or a 206 or 416 without a total, cannot say the size.
+        const bool sized_reply = r.status == 200 || r.status == 206 || r.status == 416;
+        *v = sized_reply ? Verdict::failed : judge(transport_of(rc), r.status, true);
+        return false;
+      });
+}
+
+Failure Object::ask(const char* what, const std::function<void(CURL*, Response*)>& setup,
+                    const std::function<bool(CURL*, CURLcode, const Response&, Verdict*)>& settle) {
   const Curl& c = *curl();
   std::unique_ptr<CURL, void (*)(CURL*)> e(c.easy_init(), c.easy_cleanup);
   if (!e) return {ENOMEM, url_ + ": curl_easy_init failed"};
   for (unsigned attempt = 0;; ++attempt) {
     Response r;
     request_->apply(e.get(), options_, &r);
-    c.easy_setopt(e.get(), CURLOPT_NOBODY, 1L);
-    c.easy_setopt(e.get(), CURLOPT_WRITEFUNCTION, &discard_body);
+    setup(e.get(), &r);
     const CURLcode rc = c.easy_perform(e.get());
     long status = 0;
     c.easy_getinfo(e.get(), CURLINFO_RESPONSE_CODE, &status);
-    curl_off_t length = -1;
-    c.easy_getinfo(e.get(), CURLINFO_CONTENT_LENGTH_DOWNLOAD_T, &length);
-    const Verdict v = judge(transport_of(rc), status, length >= 0);
-    if (v == Verdict::done) {
-      size_ = static_cast<uint64_t>(length);
-      etag_ = r.etag;
-      return {};
-    }
+    r.status = status;
+    Verdict v = Verdict::failed;
+    if (settle(e.get(), rc, r, &v)) return {};
     if (v == Verdict::retry && attempt < options_.retries) {
       std::this_thread::sleep_for(std::chrono::milliseconds(retry_wait_ms(attempt, options_.backoff_ms)));
       continue;
     }
-    std::string what = url_ + ": ";
-    if (v != Verdict::retry && v != Verdict::failed) what += std::string(verdict_text(v)) + ": ";
-    if (rc != CURLE_OK)
-      what += c.easy_strerror(rc);
+    std::string text = url_ + ": ";
+    if (v != Verdict::retry && v != Verdict::failed) text += std::string(verdict_text(v)) + ": ";
+    if (rc != CURLE_OK && rc != CURLE_WRITE_ERROR)
+      text += c.easy_strerror(rc);
     else if (status >= 200 && status < 300)
-      what += "the reply has no Content-Length";
+      text += "the reply does not say the object's size";
     else
-      what += "HTTP " + std::to_string(status);
-    what += " (HEAD, " + std::to_string(attempt + 1) + (attempt ? " tries)" : " try)");
-    return {verdict_errno(v), what};
+      text += "HTTP " + std::to_string(status);
+    text += std::string(" (") + what + ", " + std::to_string(attempt + 1) +
+            (attempt ? " tries)" : " try)");
+    return {verdict_errno(v), text};
   }
 }
 

@@ -13,6 +13,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -66,6 +67,12 @@ class Object {
   class Fetch;
   Object() = default;
   Failure head();
+  // The size and ETag from a GET of the first byte, for a server that refuses HEAD.
+  Failure probe_by_range();
+  // One request on `e` (set up by `setup`), retried as parts are; `settle` reads a finished
+  // reply: true when it gave the size and ETag, else it sets the reply's verdict.
+  Failure ask(const char* what, const std::function<void(CURL*, Response*)>& setup,
+              const std::function<bool(CURL*, CURLcode, const Response&, Verdict*)>& settle);
   std::unique_ptr<Client> take_client();
   void give_client(std::unique_ptr<Client> c);
 

@@ -30,7 +30,10 @@ Verdict judge(Transport t, long status, bool complete) {
   if (status == 404 || status == 410) return Verdict::not_found;
   if (status == 401 || status == 403) return Verdict::denied;
   if (status == 412) return Verdict::changed;
-  if (status == 429 || status == 408 || (status >= 500 && status <= 599)) return Verdict::retry;
+  // 501 (the method is not implemented) and 505 (nor the HTTP version) would come again.
+  const bool lasting = status == 501 || status == 505;
+  if (status == 429 || status == 408 || (status >= 500 && status <= 599 && !lasting))
+    return Verdict::retry;
   return Verdict::failed;
 }
 

@@ -21,7 +21,8 @@ std::vector<Part> plan_parts(uint64_t offset, uint64_t length, uint64_t part_siz
 // What one finished request means for its part.
 enum class Verdict {
   done,       // the bytes arrived
-  retry,      // worth another try: 5xx (503 SlowDown included), 429, a dropped connection, a short body
+  retry,      // worth another try: 5xx but 501 and 505 (503 SlowDown included), 429, a dropped
+              // connection, a short body
   not_found,  // 404 (no such object or bucket), 410
   denied,     // 401, 403
   changed,    // 412: the object is no longer the version the read began on (If-Match)

@@ -25,17 +25,24 @@ std::string_view header_value(std::string_view line, size_t name_len) {
   return line;
 }
 
-// "bytes FIRST-LAST/TOTAL": FIRST and LAST, or false.
-bool parse_content_range(std::string_view v, uint64_t* first, uint64_t* last) {
-  if (!starts_with_nocase(v, "bytes ")) return false;
+bool parse_number(std::string_view s, uint64_t* out) {
+  auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), *out);
+  return !s.empty() && ec == std::errc() && end == s.data() + s.size();
+}
+
+// Content-Range's value, "bytes FIRST-LAST/TOTAL", "bytes FIRST-LAST/*" or "bytes */TOTAL",
+// into the reply's range and total; anything else leaves both unset.
+void parse_content_range(std::string_view v, Response* r) {
+  if (!starts_with_nocase(v, "bytes ")) return;
   v.remove_prefix(6);
-  const size_t dash = v.find('-'), slash = v.find('/');
-  if (dash == std::string_view::npos || slash == std::string_view::npos || slash < dash) return false;
-  auto num = [](std::string_view s, uint64_t* out) {
-    auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), *out);
-    return ec == std::errc() && end == s.data() + s.size();
-  };
-  return num(v.substr(0, dash), first) && num(v.substr(dash + 1, slash - dash - 1), last);
+  const size_t slash = v.find('/');
+  if (slash == std::string_view::npos) return;
+  const std::string_view range = v.substr(0, slash), total = v.substr(slash + 1);
+  r->has_total = parse_number(total, &r->range_total);
+  const size_t dash = range.find('-');
+  r->has_range = dash != std::string_view::npos &&
+                 parse_number(range.substr(0, dash), &r->range_first) &&
+                 parse_number(range.substr(dash + 1), &r->range_last);
 }
 
 }  // namespace
@@ -48,7 +55,7 @@ void Response::on_header(std::string_view line) {
   } else if (starts_with_nocase(line, "etag:")) {
     etag = std::string(header_value(line, 5));
   } else if (starts_with_nocase(line, "content-range:")) {
-    has_range = parse_content_range(header_value(line, 14), &range_first, &range_last);
+    parse_content_range(header_value(line, 14), this);
   }
 }
 

@@ -34,8 +34,10 @@ struct Failure {
 struct Response {
   long status = 0;
   std::string etag;
-  bool has_range = false;
+  bool has_range = false;  // Content-Range: bytes FIRST-LAST/...
   uint64_t range_first = 0, range_last = 0;
+  bool has_total = false;  // Content-Range: .../TOTAL (a 206's, or a 416's "bytes */TOTAL")
+  uint64_t range_total = 0;
 
   void on_header(std::string_view line);
 };
