@@ -300,53 +300,58 @@ struct GpuFeed {
   std::atomic<uint64_t> moved{0};
 };
 
-// Maps FILE and registers it as page-cache DMA does: read-only, portable, 64 MiB windows.
-const char* registered_file(const std::string& path, uint64_t* bytes) {
-  constexpr uint64_t kWindow = 64ull << 20;
-  constexpr unsigned kReadOnly = 0x08;  // CU_MEMHOSTREGISTER_READ_ONLY
+constexpr unsigned kMemHostRegisterReadOnly = 0x08;  // CU_MEMHOSTREGISTER_READ_ONLY
+
+// FILE mapped read-only, its size rounded down to whole windows in *bytes; null on failure.
+char* map_windows(const std::string& path, uint64_t window, uint64_t* bytes) {
   int fd = open(path.c_str(), O_RDONLY);
   struct stat st {};
-  if (fd < 0 || fstat(fd, &st) != 0 || st.st_size < static_cast<off_t>(kWindow)) return nullptr;
-  *bytes = static_cast<uint64_t>(st.st_size) / kWindow * kWindow;
-  void* map = mmap(nullptr, *bytes, PROT_READ, MAP_SHARED, fd, 0);
+  if (fd < 0 || fstat(fd, &st) != 0) return nullptr;
+  *bytes = static_cast<uint64_t>(st.st_size) / window * window;
+  void* map = *bytes == 0 ? MAP_FAILED : mmap(nullptr, *bytes, PROT_READ, MAP_SHARED, fd, 0);
   close(fd);
-  if (map == MAP_FAILED) return nullptr;
-  for (uint64_t off = 0; off < *bytes; off += kWindow)
-    if (d->MemHostRegister(static_cast<char*>(map) + off, kWindow,
-                           cuda::kMemHostRegisterPortable | kReadOnly))
-      return nullptr;
-  return static_cast<const char*>(map);
+  return map == MAP_FAILED ? nullptr : static_cast<char*>(map);
+}
+
+// Registers (or unregisters) a mapping window by window, as page-cache DMA does: read-only,
+// portable. False if the driver refused one.
+bool register_windows(char* map, uint64_t bytes, uint64_t window, bool reg) {
+  bool ok = true;
+  for (uint64_t off = 0; off < bytes; off += window)
+    if (reg ? d->MemHostRegister(map + off, window, cuda::kMemHostRegisterPortable | kMemHostRegisterReadOnly)
+            : d->MemHostUnregister(map + off))
+      ok = false;
+  return ok;
+}
+
+// FILE mapped and registered in 64 MiB windows, kept for the process's life.
+const char* registered_file(const std::string& path, uint64_t* bytes) {
+  constexpr uint64_t kWindow = 64ull << 20;
+  char* map = map_windows(path, kWindow, bytes);
+  return map != nullptr && register_windows(map, *bytes, kWindow, true) ? map : nullptr;
 }
 
 // Registers (then unregisters) every GPU's file in windows, serially or a thread per file.
 int register_files(const char* pattern, uint64_t window, bool parallel) {
-  constexpr unsigned kReadOnly = 0x08;  // CU_MEMHOSTREGISTER_READ_ONLY
   int gpus = 0;
   if (d->DeviceGetCount(&gpus) || gpus < 1 || window == 0) return fail("no GPU / args");
   struct Mapped { char* map = nullptr; uint64_t bytes = 0; };
   std::vector<Mapped> files(gpus);
+  uint64_t total = 0;
   for (int g = 0; g < gpus; ++g) {
     char path[4096];
     std::snprintf(path, sizeof path, pattern, g);
-    int fd = open(path, O_RDONLY);
-    struct stat st {};
-    if (fd < 0 || fstat(fd, &st) != 0) return fail("open");
-    files[g].bytes = static_cast<uint64_t>(st.st_size) / window * window;
-    void* map = mmap(nullptr, files[g].bytes, PROT_READ, MAP_SHARED, fd, 0);
-    close(fd);
-    if (map == MAP_FAILED || files[g].bytes == 0) return fail("mmap");
-    files[g].map = static_cast<char*>(map);
+    if ((files[g].map = map_windows(path, window, &files[g].bytes)) == nullptr) return fail("map");
+    total += files[g].bytes;
   }
   cuda::CUcontext ctx = nullptr;
   d->CtxGetCurrent(&ctx);
   std::atomic<bool> ok{true};
-  auto each_window = [&](bool reg) {
+  for (bool reg : {true, false}) {
+    const auto t0 = Clock::now();
     auto one_file = [&](const Mapped& m) {
       d->CtxSetCurrent(ctx);
-      for (uint64_t off = 0; off < m.bytes; off += window)
-        if (reg ? d->MemHostRegister(m.map + off, window, cuda::kMemHostRegisterPortable | kReadOnly)
-                : d->MemHostUnregister(m.map + off))
-          ok = false;
+      if (!register_windows(m.map, m.bytes, window, reg)) ok = false;
     };
     std::vector<std::thread> pool;
     for (const Mapped& m : files) {
@@ -354,12 +359,6 @@ int register_files(const char* pattern, uint64_t window, bool parallel) {
       else one_file(m);
     }
     for (auto& th : pool) th.join();
-  };
-  uint64_t total = 0;
-  for (const Mapped& m : files) total += m.bytes;
-  for (bool reg : {true, false}) {
-    const auto t0 = Clock::now();
-    each_window(reg);
     const double ms = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
     std::printf("%-12s %d files, %.0f MiB in %llu MiB windows, %s: %.1f ms, %.1f us/MiB\n",
                 reg ? "register" : "unregister", gpus, total / 1048576.0,
