@@ -481,7 +481,7 @@ class _Source(NamedTuple):
 def _sources(path: PathLike) -> List[_Source]:
     """One file, a model.safetensors.index.json, or a directory holding either; or the URL of
     a file or of an index (a URL ending in "/" is a directory: its index, else its
-    model.safetensors)."""
+    model.safetensors, else, on s3://, every .safetensors object right under it)."""
     if _is_url(path):
         return _remote_sources(os.fspath(path))
     path = os.fspath(path)
@@ -555,16 +555,48 @@ def _sources_of_index(index_path: str) -> List[_Source]:
 # ---- remote checkpoints (s3://, http(s)://) ---------------------------------------------------
 
 def _remote_sources(url: str) -> List[_Source]:
-    if url.endswith("/"):  # a folder: its index, else its model.safetensors
+    if url.endswith("/"):  # a folder: its index, else its model.safetensors, else (s3://) all
         try:
             index = RemoteFile(url + "model.safetensors.index.json")
         except FileNotFoundError:
-            url = url + "model.safetensors"
+            pass
         else:
             return _remote_index_sources(index)
-    elif url.endswith(".json"):
+        try:
+            single = RemoteFile(url + "model.safetensors")
+        except FileNotFoundError:
+            if not url.lower().startswith("s3://"):  # an http(s):// folder cannot be listed
+                raise
+            return _remote_folder_sources(url)
+        return [_remote_source(url + "model.safetensors", single, None)]
+    if url.endswith(".json"):
         return _remote_index_sources(RemoteFile(url))
     return [_remote_source(url, RemoteFile(url), None)]
+
+
+def _remote_folder_sources(url: str) -> List[_Source]:
+    """Every .safetensors object right under an s3:// folder with neither an index nor a
+    model.safetensors, as a local folder's files are taken: in name order, each tensor in one."""
+    from ._s3 import list_all
+    bucket, _, prefix = url[len("s3://"):].partition("/")
+    keys, _ = list_all("s3://" + bucket, prefix, "/")
+    names = sorted(k[len(prefix):] for k in keys if k.endswith(".safetensors"))
+    if not names:
+        raise SafetensorError(f"no .safetensors objects in {url}")
+    out: List[_Source] = []
+    seen: Dict[str, str] = {}
+    try:
+        for name in names:
+            src = _remote_source(url + name, RemoteFile(url + name), None)
+            out.append(src)
+            for tensor in src.names:
+                if tensor in seen:
+                    raise SafetensorError(f"tensor {tensor!r} is in both {seen[tensor]} and {url + name}")
+                seen[tensor] = url + name
+    except BaseException:
+        _close_sources(out)
+        raise
+    return out
 
 
 def _remote_source(url: str, f: RemoteFile, names: Optional[List[str]]) -> _Source:

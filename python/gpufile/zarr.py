@@ -22,7 +22,6 @@ import asyncio
 import os
 import re
 import uuid
-import xml.etree.ElementTree as ElementTree
 from typing import TYPE_CHECKING, Any, AsyncIterator, Iterable, List, Optional, Tuple
 
 import numpy as np
@@ -38,6 +37,7 @@ except ImportError as e:  # pragma: no cover - depends on the environment
 
 from . import _gpufile
 from ._gpufile import DeviceBuffer, File, RemoteFile, RemoteWriter
+from ._s3 import PAGE_KEYS, list_all, parse_list_page  # noqa: F401 (parse_list_page: tests)
 
 if TYPE_CHECKING:
     from typing import Self
@@ -45,7 +45,7 @@ if TYPE_CHECKING:
 __all__ = ["DeviceBytes", "GpufileStore"]
 
 _S3 = "s3://"
-LIST_PAGE_KEYS = 1000  # keys a ListObjectsV2 page asks for (S3's most)
+LIST_PAGE_KEYS = PAGE_KEYS  # keys a ListObjectsV2 page asks for (tests make it smaller)
 
 
 class GpufileStore(Store):
@@ -350,15 +350,9 @@ class GpufileStore(Store):
         """Keys and common prefixes under `full_prefix`, relative to `full_prefix`'s directory
         in the store (ListObjectsV2, page after page)."""
         strip = len(self._prefix) + 1 if self._prefix else 0
-        keys, prefixes, token = [], [], ""
-        while True:
-            xml = _gpufile._s3_list_page(_S3 + self._bucket, full_prefix, delimiter, token, LIST_PAGE_KEYS)
-            page = parse_list_page(xml)
-            keys += [k[strip:] for k in page.keys]
-            prefixes += [p[strip:] for p in page.prefixes]
-            if not page.next_token:
-                break
-            token = page.next_token
+        keys, prefixes = list_all(_S3 + self._bucket, full_prefix, delimiter, LIST_PAGE_KEYS)
+        keys = [k[strip:] for k in keys]
+        prefixes = [p[strip:] for p in prefixes]
         if delimiter:  # relative to the listed directory
             cut = len(full_prefix) - strip
             keys = [k[cut:] for k in keys]
@@ -372,40 +366,6 @@ _PARTIAL = re.compile(r".*\.[0-9a-f]{32}\.partial")
 def _is_partial(name: str) -> bool:
     """A write in progress (_set's file beside its key), not a key."""
     return _PARTIAL.fullmatch(name) is not None
-
-
-class ListPage:
-    """One ListObjectsV2 reply: keys, common prefixes, and the token of the next page (None
-    when this was the last)."""
-
-    def __init__(self, keys: List[str], prefixes: List[str], next_token: Optional[str]):
-        self.keys, self.prefixes, self.next_token = keys, prefixes, next_token
-
-
-def parse_list_page(xml: bytes) -> ListPage:
-    """Parses ListBucketResult (namespaced by AWS's S3 2006-03-01 namespace or not)."""
-    try:
-        root = ElementTree.fromstring(xml)
-    except ElementTree.ParseError as e:
-        raise OSError(f"S3 listing: the reply is not XML: {e}") from None
-
-    def local(tag: str) -> str:
-        return tag.rpartition("}")[2]
-
-    keys, prefixes, truncated, token = [], [], False, None
-    for child in root:
-        name = local(child.tag)
-        if name == "Contents":
-            keys += [k.text or "" for k in child if local(k.tag) == "Key"]
-        elif name == "CommonPrefixes":
-            prefixes += [p.text or "" for p in child if local(p.tag) == "Prefix"]
-        elif name == "IsTruncated":
-            truncated = (child.text or "").strip() == "true"
-        elif name == "NextContinuationToken":
-            token = child.text
-    if truncated and not token:
-        raise OSError("S3 listing: a truncated page without a NextContinuationToken")
-    return ListPage(keys, prefixes, token if truncated else None)
 
 
 # ---- reading a byte range into the prototype's memory ---------------------------------------------

@@ -203,6 +203,27 @@ def test_s3_sharded_checkpoint_into_host_memory(s3, rng):
     assert_same(dests, t)
 
 
+def test_s3_folder_without_index_takes_every_safetensors_object_right_under_it(s3, rng):
+    """As a local folder: neither an index nor a model.safetensors, so every .safetensors
+    object directly in the folder (listed), each tensor in exactly one."""
+    t = sample(rng, 12)
+    files, _ = shards(t, names=["a.safetensors", "b.safetensors", "c.safetensors"])
+    bare = s3 / "bare"
+    (bare / "deeper").mkdir(parents=True)
+    for name, blob in files.items():
+        (bare / name).write_bytes(blob)
+    (bare / "notes.txt").write_bytes(b"not a checkpoint")
+    (bare / "deeper" / "other.safetensors").write_bytes(st_save_bytes({"elsewhere": np.ones(3)}))
+    assert_same(gst.load_file("s3://ckpt/bare/", framework="numpy"), t)
+    (bare / "dup.safetensors").write_bytes(st_save_bytes({"layers.0.w": t["layers.0.w"]}))
+    with pytest.raises(gst.SafetensorError, match="in both"):
+        gst.load_file("s3://ckpt/bare/", framework="numpy")
+    (s3 / "nothing").mkdir()
+    (s3 / "nothing" / "readme.md").write_bytes(b"x")
+    with pytest.raises(gst.SafetensorError, match="no .safetensors objects"):
+        gst.load_file("s3://ckpt/nothing/", framework="numpy")
+
+
 def test_s3_missing_object_and_wrong_secret(s3, aws_env, rng):  # noqa: F811
     with pytest.raises(FileNotFoundError):
         gst.load_file("s3://ckpt/none/model.safetensors", framework="numpy")
