@@ -53,7 +53,8 @@ def list_all(bucket_url: str, prefix: str, delimiter: str,
     prefixes: List[str] = []
     token = ""
     while True:
-        page = parse_list_page(_gpufile._s3_list_page(bucket_url, prefix, delimiter, token, page_keys))
+        xml = _gpufile._s3_list_page(bucket_url, prefix, delimiter, token, page_keys)
+        page = parse_list_page(xml)
         keys += page.keys
         prefixes += page.prefixes
         if not page.next_token:

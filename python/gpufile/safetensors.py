@@ -591,7 +591,8 @@ def _remote_folder_sources(url: str) -> List[_Source]:
             out.append(src)
             for tensor in src.names:
                 if tensor in seen:
-                    raise SafetensorError(f"tensor {tensor!r} is in both {seen[tensor]} and {url + name}")
+                    raise SafetensorError(
+                        f"tensor {tensor!r} is in both {seen[tensor]} and {url + name}")
                 seen[tensor] = url + name
     except BaseException:
         _close_sources(out)
