@@ -503,16 +503,19 @@ def _sources(path: PathLike) -> List[_Source]:
 
 
 def _sources_of(paths: Sequence[str]) -> List[_Source]:
-    out: List[_Source] = []
-    seen: Dict[str, str] = {}
-    for p in paths:
-        h = read_header(p)
-        for name in h.tensors:
-            if name in seen:
-                raise SafetensorError(f"tensor {name!r} is in both {seen[name]} and {p}")
-            seen[name] = p
-        out.append(_Source(p, h, list(h.tensors)))
+    out = [_Source(p, h, list(h.tensors)) for p, h in ((p, read_header(p)) for p in paths)]
+    _refuse_duplicates(out)
     return out
+
+
+def _refuse_duplicates(sources: Sequence[_Source]) -> None:
+    """Each tensor in one file only: a folder's files have no index to say which one holds it."""
+    seen: Dict[str, str] = {}
+    for src in sources:
+        for name in src.names:
+            if name in seen:
+                raise SafetensorError(f"tensor {name!r} is in both {seen[name]} and {src.path}")
+            seen[name] = src.path
 
 
 def _weight_map(index: Any, where: str) -> Dict[str, List[str]]:
@@ -584,16 +587,10 @@ def _remote_folder_sources(url: str) -> List[_Source]:
     if not names:
         raise SafetensorError(f"no .safetensors objects in {url}")
     out: List[_Source] = []
-    seen: Dict[str, str] = {}
     try:
         for name in names:
-            src = _remote_source(url + name, RemoteFile(url + name), None)
-            out.append(src)
-            for tensor in src.names:
-                if tensor in seen:
-                    raise SafetensorError(
-                        f"tensor {tensor!r} is in both {seen[tensor]} and {url + name}")
-                seen[tensor] = url + name
+            out.append(_remote_source(url + name, RemoteFile(url + name), None))
+        _refuse_duplicates(out)
     except BaseException:
         _close_sources(out)
         raise
