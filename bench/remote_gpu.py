@@ -223,7 +223,7 @@ def read_gpufile_s3(spec, dev, state):
     return read_gpufile(dict(spec, url=spec["s3"]), dev, state)
 
 
-READERS = {"gpufile": read_gpufile, "gpufile-c32-p16M": read_gpufile, "kvikio": read_kvikio,
+READERS = {"gpufile": read_gpufile, "kvikio": read_kvikio,
            "kvikio-t16": read_kvikio, "urllib": read_urllib, "urllib-parallel": read_parallel,
            "server": read_server, "boto3": read_boto3, "boto3-transfer": read_boto3_transfer,
            "gpufile-s3": read_gpufile_s3}
@@ -233,6 +233,7 @@ def timed_read(spec, dev, state):
     import cupy as cp
     cp.cuda.runtime.deviceSynchronize()
     t0 = time.perf_counter()
+    # gpufile-cN-pNM: gpufile with other settings (HTTP_CASES and --gpufile-sweep)
     reader = read_gpufile if spec["case"].startswith("gpufile-c") else READERS[spec["case"]]
     out = reader(spec, dev, state)
     cp.cuda.runtime.deviceSynchronize()
@@ -396,7 +397,7 @@ def run_all(args):
     rows = [run_case(dict(base, case="ceiling"), {})]
     data = object_bytes(size).tobytes()
     cases = [c for c in HTTP_CASES if not args.cases or c[0] in args.cases.split(",")]
-    cases += sweep_cases(args.gpufile_sweep)
+    cases += args.sweep
     skipped = {}
     reason = s3_skip_reason(args)
     if reason:
@@ -446,7 +447,7 @@ def print_table(rows, args):
     print("| case | settings | first read GiB/s | second read GiB/s | % of pinned H2D (first / "
           "second) | bytes checked |")
     print("|---|---|---|---|---|---|")
-    order = [case for case, _ in HTTP_CASES + sweep_cases(args.gpufile_sweep) + S3_CASES]
+    order = [case for case, _ in HTTP_CASES + args.sweep + S3_CASES]
     cases = sorted((r for r in rows if r["case"] != "ceiling"),
                    key=lambda r: order.index(r["case"]))
     for r in cases:
@@ -484,6 +485,7 @@ def main():
                                  "must exist at AWS_ENDPOINT_URL(_S3); the key is overwritten)")
     ap.add_argument("--json", help="write every row here")
     args = ap.parse_args()
+    args.sweep = sweep_cases(args.gpufile_sweep)
     rows = run_all(args)
     print_table(rows, args)
     failed = [r for r in rows if not r["ok"]]
