@@ -42,7 +42,7 @@ remote::Failure RemoteFile::open(const std::string& url, std::unique_ptr<RemoteF
   std::unique_ptr<RemoteFile> f(new RemoteFile());
   if (remote::Failure why = remote::Object::open(url, o, &f->object_); !why.ok()) return why;
   // Its Futures run on the remote pool: as many threads as its reads would share.
-  exec::RemotePool::instance().allow(exec::remote_threads_for(o.concurrency));
+  exec::RemotePool::instance().allow(exec::remote_threads_for(o));
   *out = std::move(f);
   return {};
 }
@@ -188,7 +188,7 @@ remote::Failure RemoteWriter::open(const std::string& url, std::unique_ptr<Remot
   w->part_bytes_ = s->uploads.bytes();
   w->parts_ = std::make_shared<Parts>(std::move(s), w->part_bytes_, remote::upload_parts_in_flight(o));
   if (!w->parts_->add_slot(true)) return {ENOMEM, url + ": no pinned memory for a part"};
-  exec::RemotePool::instance().allow(exec::remote_threads_for(o.concurrency));
+  exec::RemotePool::instance().allow(exec::remote_threads_for(o));
   *out = std::move(w);
   return {};
 }

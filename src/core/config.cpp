@@ -98,6 +98,8 @@ constexpr SizeKey kSizeKeys[] = {
      GPUFILE_FIELD(remote_part_kb), std::nullopt},
     {"gpufile.remote_concurrency", "GPUFILE_REMOTE_CONCURRENCY", kNoParam, 1, 256, 1,
      GPUFILE_FIELD(remote_concurrency), std::nullopt},
+    {"gpufile.remote_transfers_per_thread", "GPUFILE_REMOTE_TRANSFERS_PER_THREAD", kNoParam, 1, 256, 1,
+     GPUFILE_FIELD(remote_transfers_per_thread), std::nullopt},
     {"gpufile.remote_retries", "GPUFILE_REMOTE_RETRIES", kNoParam, 0, 100, 1,
      GPUFILE_FIELD(remote_retries), std::nullopt},
     {"gpufile.remote_backoff_ms", "GPUFILE_REMOTE_BACKOFF_MS", kNoParam, 1, 60000, 1,

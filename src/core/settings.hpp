@@ -94,6 +94,7 @@ struct Settings {
   // Remote objects (src/io/remote, docs/remote.md).
   size_t remote_part_kb = 8192;    // GPUFILE_REMOTE_PART_KB: one ranged GET (and its staging buffer)
   size_t remote_concurrency = 16;  // GPUFILE_REMOTE_CONCURRENCY: ranged GETs in flight per read
+  size_t remote_transfers_per_thread = 1;  // GPUFILE_REMOTE_TRANSFERS_PER_THREAD: of those, one thread's
   size_t remote_retries = 5;       // GPUFILE_REMOTE_RETRIES: further tries of a failed request
   size_t remote_backoff_ms = 100;  // GPUFILE_REMOTE_BACKOFF_MS: first wait before a retry, doubled after
   size_t remote_timeout_s = 30;    // GPUFILE_REMOTE_TIMEOUT_S: connect / no-byte-received limit

@@ -128,7 +128,7 @@ class DeviceSink final : public remote::PartSink {
 // one transfer over loopback HTTP ran at 2.5-3.3 GiB/s on the H200 machine, 16 in flight on 8
 // threads at 13.5-14.4 (docs/performance.md; one thread driving all 16 was not measured on a
 // server that could take them). The threads are the remote pool's (exec/remote_pool.hpp): one
-// per exec::kTransfersPerLane transfers in flight, as many as it has free.
+// per `remote_transfers_per_thread` transfers in flight, as many as it has free.
 
 // The read [offset, offset+n) cut into `lanes` runs of whole parts, as even as parts allow.
 std::vector<std::pair<uint64_t, uint64_t>> lane_runs(uint64_t offset, uint64_t n, uint64_t part,
@@ -189,6 +189,7 @@ remote::Options options_of(const Settings& s) {
   remote::Options o;
   o.part_bytes = s.remote_part_kb * 1024;
   o.concurrency = static_cast<unsigned>(s.remote_concurrency);
+  o.per_thread = static_cast<unsigned>(s.remote_transfers_per_thread);
   o.retries = static_cast<unsigned>(s.remote_retries);
   o.backoff_ms = s.remote_backoff_ms;
   o.timeout_s = static_cast<unsigned>(s.remote_timeout_s);
@@ -233,8 +234,8 @@ IoResult Runtime::read_remote(remote::Object& obj, void* dst, uint64_t size, uin
   const auto at = reinterpret_cast<uint64_t>(dst);
   if (mem.needs_staging() && mem.range_size != 0 && at + n > mem.range_start + mem.range_size)
     return {0, Error::of(Errc::pointer_range)};
-  exec::RemotePool::instance().allow(exec::remote_threads_for(o.concurrency));
-  const unsigned lanes = std::max(1u, o.concurrency / exec::kTransfersPerLane);
+  exec::RemotePool::instance().allow(exec::remote_threads_for(o));
+  const unsigned lanes = exec::remote_threads_for(o);
   const auto runs = lane_runs(offset, n, std::max<uint64_t>(1, o.part_bytes), lanes);
   const unsigned per_lane = std::max(1u, o.concurrency / static_cast<unsigned>(runs.size()));
   std::atomic<bool> stop{false};  // a failed lane ends the others

@@ -30,8 +30,8 @@ struct EndAtUnload {
 
 }  // namespace
 
-unsigned remote_threads_for(unsigned concurrency) {
-  return std::clamp(concurrency / kTransfersPerLane, 1u, RemotePool::kMaxThreads);
+unsigned remote_threads_for(const remote::Options& o) {
+  return std::clamp(o.concurrency / std::max(1u, o.per_thread), 1u, RemotePool::kMaxThreads);
 }
 
 RemotePool& RemotePool::instance() {

@@ -16,12 +16,13 @@
 #include <thread>
 #include <vector>
 
+#include "io/remote/request.hpp"
+
 namespace gpufile::exec {
 
-// Transfers in flight per thread: a read of `concurrency` transfers is shared by
-// concurrency / kTransfersPerLane threads, and that many are the pool's bound.
-inline constexpr unsigned kTransfersPerLane = 2;
-unsigned remote_threads_for(unsigned concurrency);
+// A read of `o.concurrency` transfers is shared by concurrency / per_thread threads (at least
+// one), and that many are the pool's bound.
+unsigned remote_threads_for(const remote::Options& o);
 
 class RemotePool {
  public:

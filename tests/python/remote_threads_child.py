@@ -38,6 +38,7 @@ def native_threads():
 
 def main():
     for key, value in {"remote_part_kb": PART >> 10, "remote_concurrency": CONCURRENCY,
+                       "remote_transfers_per_thread": 2,
                        "remote_retries": 0, "remote_timeout_s": 120}.items():
         gpufile.set_setting("gpufile." + key, value)
     data = np.random.default_rng(7).integers(0, 256, size=FUTURES * 2 * PART, dtype=np.uint8)

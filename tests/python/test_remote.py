@@ -346,8 +346,8 @@ def test_https_verifies_the_server(tmp_path, rng, monkeypatch):
 
 
 def test_many_futures_share_a_bounded_number_of_threads():
-    """64 Futures held in flight at once run on the remote pool: remote_concurrency / 2 threads
-    (4 here), not a thread (or several) per Future."""
+    """64 Futures held in flight at once run on the remote pool: remote_concurrency /
+    remote_transfers_per_thread threads (8 / 2 = 4 here), not a thread (or several) per Future."""
     child = os.path.join(os.path.dirname(__file__), "remote_threads_child.py")
     out = subprocess.run([sys.executable, child, "64", "8"], capture_output=True, text=True,
                          timeout=600)

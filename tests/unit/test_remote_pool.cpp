@@ -48,6 +48,22 @@ struct Gate {
   }
 };
 
+remote::Options transfers(unsigned concurrency, unsigned per_thread) {
+  remote::Options o;
+  o.concurrency = concurrency;
+  o.per_thread = per_thread;
+  return o;
+}
+
+TEST(RemotePool, AReadHasAThreadPerTransfersPerThreadAtLeastOneAtMostThePoolsBound) {
+  EXPECT_EQ(remote_threads_for(transfers(16, 2)), 8u);
+  EXPECT_EQ(remote_threads_for(transfers(16, 1)), 16u);
+  EXPECT_EQ(remote_threads_for(transfers(17, 4)), 4u);   // whole threads: the last has 5
+  EXPECT_EQ(remote_threads_for(transfers(3, 4)), 1u);    // fewer transfers than one thread's
+  EXPECT_EQ(remote_threads_for(transfers(256, 1)), RemotePool::kMaxThreads);
+  EXPECT_EQ(remote_threads_for(transfers(16, 0)), 16u);  // 0 (never from the settings) as 1
+}
+
 TEST(RemotePool, ManyTasksShareTheThreadsAllowed) {
   RemotePool& pool = RemotePool::instance();
   pool.allow(2);

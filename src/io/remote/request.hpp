@@ -17,6 +17,7 @@ namespace gpufile::remote {
 struct Options {
   uint64_t part_bytes = 8u << 20;  // one ranged GET (or uploaded part)
   unsigned concurrency = 16;       // ranged GETs in flight for one read
+  unsigned per_thread = 1;         // of those, driven by one thread (exec/remote.cpp's lanes)
   unsigned retries = 5;            // further tries of a request before failing
   uint64_t backoff_ms = 100;       // wait before the first retry, doubled for each next one
   unsigned timeout_s = 30;         // connect, and no byte received for this long: ETIMEDOUT
