@@ -6,6 +6,7 @@ every byte checked (issue 12).
 
     python3 bench/remote_gpu.py [--size-gib 2] [--threads 16] [--part-mib 16] [--repeat 1]
                                 [--serve file|memory] [--dir /tmp]
+                                [--native-server BUILD/bench/gpufile_http_serve]
                                 [--s3 s3://BUCKET/KEY] [--json rows.json]
 
 Needs NumPy and CuPy (or bench/standin's stand-in), gpufile; KvikIO and boto3 where present.
@@ -17,12 +18,20 @@ object is written to a file in --dir, read twice so the page cache holds it, and
 there by sendfile (a subclass here, same replies). The server is Python either way, so its own
 speed bounds every case alike; the server row measures what it sends.
 
+With --native-server, bench/http_serve.cpp's server serves the file instead (native threads,
+HTTP/1.1 keep-alive, sendfile: nothing of Python between the page cache and the socket), and
+the server row is that program's sink: the same ranged GETs on --threads keep-alive connections,
+each body received into a small buffer and dropped (first and second read are its two rounds).
+It is the issue's "what the server can serve over loopback", measured with a client that does
+no more than any client must.
+
 Cases, each in a fresh process, so that first-call costs (CUDA context, driver open, pinning,
 connections) land in the first read:
   ceiling          pinned host-to-device copy of the same size through CuPy, best of 5
   gpufile          gpufile.open(url).read(device array), default settings
   gpufile-c32-p16M the same with GPUFILE_REMOTE_CONCURRENCY=32, GPUFILE_REMOTE_PART_KB=16384
-                   (--gpufile-sweep c16-p8M,c64-p4M,... adds more such cases, one per setting)
+                   (--gpufile-sweep c16-p8M,c64-p4M,c16-p8M-t1,... adds more such cases, one per
+                   setting; -tK sets GPUFILE_REMOTE_TRANSFERS_PER_THREAD)
   kvikio           kvikio.RemoteFile.open_http(url).read(device array), KvikIO's defaults
   kvikio-t16       the same with KVIKIO_NTHREADS=16, KVIKIO_TASK_SIZE=16 MiB
   urllib           urllib.request.urlopen(url).read(), then cupy.asarray (the naive way)
@@ -42,6 +51,9 @@ connections) land in the first read:
 A read is open + read of the whole object + close, into a device array allocated before the
 timer starts; the second read runs in the same process into the same array, zeroed between.
 Both are checked byte for byte against the object (regenerated in the worker from its seed).
+Each read also records its CPU use: the worker's cores (user and system seconds per second of
+the read) and the share of the machine's cores busy meanwhile, the server's included. Over
+loopback the server shares the client's cores: a machine near 100% busy bounds every client.
 
 Without a GPU, it runs end to end against the CUDA driver test double with the CuPy stand-in
 (no ceiling, the parallel loader's buffer pageable; timings meaningless):
@@ -54,6 +66,7 @@ import io
 import json
 import os
 import re
+import subprocess
 import sys
 import threading
 import time
@@ -229,15 +242,32 @@ READERS = {"gpufile": read_gpufile, "kvikio": read_kvikio,
            "gpufile-s3": read_gpufile_s3}
 
 
+def machine_cpu():
+    """(busy, total) jiffies of every core since boot, from /proc/stat's first line."""
+    with open("/proc/stat") as f:
+        ticks = [int(x) for x in f.readline().split()[1:]]
+    idle = ticks[3] + (ticks[4] if len(ticks) > 4 else 0)  # idle + iowait
+    return sum(ticks) - idle, sum(ticks)
+
+
 def timed_read(spec, dev, state):
+    """(what the reader returned, seconds, CPU use): the CPU use says whether a read was bound by
+    the CPU of a machine its server shares: this process's cores (user + system seconds per
+    second) and the share of all the machine's cores busy, the server's included."""
     import cupy as cp
+    import resource
     cp.cuda.runtime.deviceSynchronize()
+    r0, m0 = resource.getrusage(resource.RUSAGE_SELF), machine_cpu()
     t0 = time.perf_counter()
     # gpufile-cN-pNM: gpufile with other settings (HTTP_CASES and --gpufile-sweep)
     reader = read_gpufile if spec["case"].startswith("gpufile-c") else READERS[spec["case"]]
     out = reader(spec, dev, state)
     cp.cuda.runtime.deviceSynchronize()
-    return out, time.perf_counter() - t0
+    seconds = time.perf_counter() - t0
+    r1, m1 = resource.getrusage(resource.RUSAGE_SELF), machine_cpu()
+    own = (r1.ru_utime + r1.ru_stime - r0.ru_utime - r0.ru_stime) / seconds
+    busy = (m1[0] - m0[0]) / max(1, m1[1] - m0[1])
+    return out, seconds, {"client_cores": round(own, 1), "machine_busy": round(busy, 2)}
 
 
 def library_settings(case):
@@ -268,7 +298,7 @@ def worker(spec):
     zero(dev)
     state, result = {}, dict(spec, checked_bytes=0)
     for label in ("first", "second"):
-        out, seconds = timed_read(spec, dev, state)
+        out, seconds, cpu = timed_read(spec, dev, state)
         if out is None:  # the server case: its bytes reach the device for the check only
             dev.set(state["host"])
             out = dev
@@ -276,6 +306,7 @@ def worker(spec):
         result[label + "_s"] = seconds
         result[label + "_gib_s"] = size / GIB / seconds
         result[label + "_ok"] = ok
+        result[label + "_cpu"] = cpu
         result["checked_bytes"] += size if ok else 0
         zero(dev)
     result["ok"] = result["first_ok"] and result["second_ok"]
@@ -371,9 +402,45 @@ def file_range_server(path, url_path):
     return server
 
 
+class NativeServer:
+    """bench/http_serve.cpp's server of one file (every path), ended when its stdin closes."""
+
+    def __init__(self, binary, path):
+        self.binary = binary
+        self.proc = subprocess.Popen([binary, "serve", path], stdin=subprocess.PIPE,
+                                     stdout=subprocess.PIPE, text=True)
+        line = self.proc.stdout.readline().split()
+        if line[:1] != ["port"]:
+            self.proc.kill()
+            raise SystemExit(f"{binary} serve {path} did not start")
+        self.port = int(line[1])
+        self.base = f"http://127.0.0.1:{self.port}"
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.proc.stdin.close()
+        self.proc.wait(timeout=30)
+
+    def sink(self, spec):
+        """The server row: the sink's two rounds as the first and second read."""
+        size, threads, part = spec["size"], spec["threads"], spec["part_mib"]
+        p = subprocess.run([self.binary, "sink", str(self.port), str(size), str(threads), str(part),
+                            "2"], capture_output=True, text=True, timeout=600)
+        rounds = re.findall(r"round \d+: \d+ bytes in ([\d.]+) s", p.stdout)
+        if p.returncode != 0 or len(rounds) != 2:
+            return dict(spec, ok=False, error=(p.stdout + p.stderr).strip()[-2000:])
+        first, second = (float(x) for x in rounds)
+        # Every byte was received (the sink counts them); none was compared with the object.
+        return dict(spec, ok=True, first_s=first, second_s=second, first_gib_s=size / GIB / first,
+                    second_gib_s=size / GIB / second, checked_bytes=0, received_bytes=2 * size)
+
+
 def start_server(args, data):
-    """The RangeServer serving the object at OBJECT_PATH: from a file in --dir (warm in the page
-    cache) or from memory (--serve memory). Returns (server, file to remove or None)."""
+    """The server of the object at OBJECT_PATH: the RangeServer from a file in --dir (warm in the
+    page cache) or from memory (--serve memory), or --native-server from that file. Returns
+    (server, file to remove or None)."""
     if args.serve == "memory":
         from range_server import RangeServer
         server = RangeServer()
@@ -386,6 +453,8 @@ def start_server(args, data):
         with open(path, "rb") as f:
             while f.read(64 * MIB):
                 pass
+    if args.native_server:
+        return NativeServer(args.native_server, path), path
     return file_range_server(path, OBJECT_PATH), path
 
 
@@ -422,11 +491,13 @@ def sweep_cases(spec):
     """--gpufile-sweep's 'c32-p16M,c64-p8M' as gpufile cases with their settings."""
     cases = []
     for item in filter(None, (spec or "").split(",")):
-        m = re.fullmatch(r"c(\d+)-p(\d+)M", item)
+        m = re.fullmatch(r"c(\d+)-p(\d+)M(?:-t(\d+))?", item)
         if not m:
-            raise SystemExit(f"--gpufile-sweep: {item!r} is not cCONCURRENCY-pPART_MIBM")
-        cases.append((f"gpufile-{item}", {"GPUFILE_REMOTE_CONCURRENCY": m[1],
-                                          "GPUFILE_REMOTE_PART_KB": str(int(m[2]) * 1024)}))
+            raise SystemExit(f"--gpufile-sweep: {item!r} is not cCONCURRENCY-pPART_MIBM[-tPER_THREAD]")
+        env = {"GPUFILE_REMOTE_CONCURRENCY": m[1], "GPUFILE_REMOTE_PART_KB": str(int(m[2]) * 1024)}
+        if m[3]:
+            env["GPUFILE_REMOTE_TRANSFERS_PER_THREAD"] = m[3]
+        cases.append((f"gpufile-{item}", env))
     return cases
 
 
@@ -436,17 +507,21 @@ def run_cases(args, base, server, cases, rows, skipped):
             skipped[case] = "kvikio not installed"
             continue
         for _ in range(args.repeat):
-            rows.append(run_case(dict(base, case=case, url=server.base + OBJECT_PATH), env))
+            spec = dict(base, case=case, url=server.base + OBJECT_PATH)
+            native_sink = case == "server" and isinstance(server, NativeServer)
+            rows.append(server.sink(spec) if native_sink else run_case(spec, env))
         print(f"  {case}: done", file=sys.stderr, flush=True)
 
 
 def print_table(rows, args):
     ceiling = next((r.get("ceiling_gib_s") for r in rows if r["case"] == "ceiling"), None)
-    print(f"{args.size_gib:g} GiB object over loopback HTTP (RangeServer, from {args.serve}) into "
-          "GPU memory; each case a fresh process, first and second read in it\n")
+    served = ("bench/http_serve.cpp's server, from a file" if args.native_server else
+              f"RangeServer, from {args.serve}")
+    print(f"{args.size_gib:g} GiB object over loopback HTTP ({served}) into GPU memory; each case "
+          "a fresh process, first and second read in it\n")
     print("| case | settings | first read GiB/s | second read GiB/s | % of pinned H2D (first / "
-          "second) | bytes checked |")
-    print("|---|---|---|---|---|---|")
+          "second) | bytes checked | client cores, machine busy (first; second) |")
+    print("|---|---|---|---|---|---|---|")
     order = [case for case, _ in HTTP_CASES + args.sweep + S3_CASES]
     cases = sorted((r for r in rows if r["case"] != "ceiling"),
                    key=lambda r: order.index(r["case"]))
@@ -456,14 +531,24 @@ def print_table(rows, args):
             settings = f"{args.threads} threads x {args.part_mib} MiB"
         cells = two_reads_cells(r, ceiling)
         if len(cells) == 3:
-            cells.append(f"2 x {r['size']} ok" if r["ok"] else
+            cells.append("received, not compared" if r.get("received_bytes") else
+                         f"2 x {r['size']} ok" if r["ok"] else
                          f"MISMATCH (first {'ok' if r['first_ok'] else 'wrong'}, "
                          f"second {'ok' if r['second_ok'] else 'wrong'})")
+            cells.append(cpu_cell(r))
         print("| " + " | ".join([r["case"], "-" if "skipped" in r else settings] + cells) + " |")
     if ceiling:
-        print(f"| pinned host-to-device (CuPy, best of 5) | | {ceiling:.2f} | | 100% | |")
+        print(f"| pinned host-to-device (CuPy, best of 5) | | {ceiling:.2f} | | 100% | | |")
     else:
-        print("| pinned host-to-device | | not measured: CuPy stand-in (no GPU) | | | |")
+        print("| pinned host-to-device | | not measured: CuPy stand-in (no GPU) | | | | |")
+
+
+def cpu_cell(r):
+    """"cores, busy%; cores, busy%" of a worker's two reads ("-" for the sink, not measured)."""
+    if "first_cpu" not in r:
+        return "-"
+    return "; ".join(f"{r[k]['client_cores']:.1f}, {100 * r[k]['machine_busy']:.0f}%"
+                     for k in ("first_cpu", "second_cpu"))
 
 
 def main():
@@ -476,16 +561,21 @@ def main():
     ap.add_argument("--repeat", type=int, default=1, help="fresh processes per case")
     ap.add_argument("--cases", help="only these of the HTTP cases above (comma-separated; sweep cases always run)")
     ap.add_argument("--gpufile-sweep", default="",
-                    help="more gpufile cases, e.g. c16-p8M,c64-p4M (concurrency, part MiB)")
+                    help="more gpufile cases, e.g. c16-p8M,c16-p8M-t1 (concurrency, part MiB, transfers per thread)")
     ap.add_argument("--serve", choices=("file", "memory"), default="file",
                     help="serve the object from a file in --dir by sendfile (default) or from "
                          "a bytes object in memory")
+    ap.add_argument("--native-server", metavar="BIN",
+                    help="serve the file with this gpufile_http_serve (bench/http_serve.cpp) "
+                         "instead of the Python RangeServer; the server row is then its sink")
     ap.add_argument("--dir", default="/tmp", help="where the served file goes (removed after)")
     ap.add_argument("--s3", help="s3://BUCKET/KEY for the boto3 and gpufile-s3 cases (the bucket "
                                  "must exist at AWS_ENDPOINT_URL(_S3); the key is overwritten)")
     ap.add_argument("--json", help="write every row here")
     args = ap.parse_args()
     args.sweep = sweep_cases(args.gpufile_sweep)
+    if args.native_server and args.serve != "file":
+        ap.error("--native-server serves the file: it does not go with --serve memory")
     rows = run_all(args)
     print_table(rows, args)
     failed = [r for r in rows if not r["ok"]]
