@@ -111,6 +111,12 @@ void init_caller_staging(Session& s, const exec::ExecutorConfig& c, const exec::
   const unsigned slabs = s.settings.caller_slabs ? static_cast<unsigned>(s.settings.caller_slabs)
                                                  : budget.caller_slabs;
   s.slabs.init(c.slab_bytes, slabs, 2);
+}
+
+// Staging of remote objects, with or without a GPU: an S3 writer's parts always pass through
+// the `uploads` buffers (without a driver they are plain memory), and reads into GPU memory
+// through the `remote` ones.
+void init_remote_staging(Session& s) {
   // Remote reads (exec/remote.cpp) pin theirs only when the first one needs them: most
   // sessions never read a remote object.
   const unsigned remote = static_cast<unsigned>(std::max<size_t>(4, 2 * s.settings.remote_concurrency));
@@ -231,6 +237,7 @@ Error start_session(Session& s) {
   if (!s.exec->engine_note().empty() && s.settings.engine == EnginePolicy::automatic)
     GPUFILE_LOG(LogLevel::error, "%s", s.exec->engine_note().c_str());
   if (s.gpu) init_caller_staging(s, c, budget);
+  init_remote_staging(s);
   if (s.gpu) open_vendor(s);
   else s.vendor_why = "no GPU";
   if (s.gpu && s.settings.pagecache_dma_mb > 0)

@@ -229,6 +229,32 @@ def test_write_from_host_memory_then_read_back(s3_env, rng):
     np.testing.assert_array_equal(read_all("s3://data/up/host.bin", data.size), data)
 
 
+NO_GPU_CHILD = """
+import sys
+import numpy as np
+import gpufile
+assert not gpufile.cuda_available()
+data = np.random.default_rng(5).integers(0, 256, size=(11 << 20) + 3, dtype=np.uint8)
+with gpufile.open(sys.argv[1], "w") as w:  # three parts of 5 MiB, in plain host memory
+    assert w.write(data) == data.size
+out = np.zeros(data.size, dtype=np.uint8)
+with gpufile.open(sys.argv[1]) as f:
+    assert f.read(out) == data.size
+assert np.array_equal(out, data)
+print("ok")
+"""
+
+
+def test_write_and_read_back_on_a_machine_without_a_gpu(s3_env, tmp_path):
+    """Without a CUDA driver (a CPU-only machine), S3 writes and reads of host memory work: the
+    writer's parts are plain memory there. They failed with "0 MiB each" before: the session
+    made its upload buffers only where it found a GPU."""
+    env = dict(os.environ, GPUFILE_CUDA_LIBRARY=str(tmp_path / "no-libcuda.so.1"))
+    out = subprocess.run([sys.executable, "-c", NO_GPU_CHILD, "s3://data/up/no-gpu.bin"], env=env,
+                         capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0 and out.stdout.strip() == "ok", out.stdout + out.stderr
+
+
 def test_writes_count_under_the_remote_path(s3_env, rng):
     # Each write call: a call and its bytes (level 1), the "remote" path's bytes (always), its
     # latency (level 2, a part upload it set off included) and its device row (level 3).
