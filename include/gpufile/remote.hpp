@@ -52,8 +52,8 @@ class GPUFILE_API RemoteFile {
 
 // A new s3:// object, written front to back: one PutObject when it ends within one part
 // (max(gpufile.remote_part_kb, 5 MiB)), else an S3 multipart upload with several parts in
-// flight. The object appears, whole, when close() returns; until then an object already at the
-// URL keeps its old bytes. abort(), a failure, or destroying a writer that was not closed drop
+// flight. The object appears, whole, when close() returns (or close_async()'s Future is done);
+// until then an object already at the URL keeps its old bytes. abort(), a failure, or destroying a writer that was not closed drop
 // the upload: nothing is left in the bucket.
 class GPUFILE_API RemoteWriter {
  public:
@@ -61,9 +61,12 @@ class GPUFILE_API RemoteWriter {
   // Ready to write `url` (s3:// only). Sends nothing yet: a missing bucket or refused
   // credentials fail the first request (the first part's write, else close()).
   explicit RemoteWriter(const std::string& url);
-  ~RemoteWriter();  // aborts unless closed (after the writes in flight ended)
+  // Aborts unless closed (after the writes in flight ended); with a close_async in flight it
+  // waits for that close instead (the object is made, or its Future says why not).
+  ~RemoteWriter();
   RemoteWriter(RemoteWriter&& other) noexcept;
-  RemoteWriter& operator=(RemoteWriter&& other) noexcept;  // aborts the upload it held first
+  // Ends the upload it held first as the destructor does.
+  RemoteWriter& operator=(RemoteWriter&& other) noexcept;
   RemoteWriter(const RemoteWriter&) = delete;
   RemoteWriter& operator=(const RemoteWriter&) = delete;
 
@@ -78,12 +81,24 @@ class GPUFILE_API RemoteWriter {
   Future write_async(const void* buf, std::size_t size);
   // Sends the rest and ends the upload: the object exists from here on. Throws what failed the
   // upload, now or earlier (a failed write_async included); after abort(),
-  // std::errc::bad_file_descriptor. Does nothing when closed already.
+  // std::errc::bad_file_descriptor. Does nothing when closed already. With a close_async in
+  // flight it waits for it and throws what it failed with (or returns: the object exists).
   void close();
+  // close(), returning at once: it runs on gpufile's remote threads after the writes made before
+  // it, as write_async does. Future::get() gives the object's size in bytes (tell() at the end)
+  // once the object exists, or throws what close() throws: what failed the upload, now or
+  // earlier; std::errc::bad_file_descriptor after abort(). From this call on closed() is true
+  // and write()/write_async() throw std::errc::bad_file_descriptor at once: nothing is appended
+  // behind the close. A second close_async() (or one after close()) gives the same result as
+  // the first. A writer that holds no object (default-made or moved from) throws
+  // std::errc::bad_file_descriptor, as write_async() does.
+  Future close_async();
   // Drops what was written: write_async calls that did not start fail with
   // std::errc::operation_canceled; the one running and the parts in flight are waited for.
+  // After close_async() it cancels nothing: it waits for the close (and the writes made before
+  // it) and leaves the object that close made.
   void abort();
-  // True once closed, aborted or failed: later writes throw.
+  // True once closed, aborted or failed, or from close_async() on: later writes throw.
   bool closed() const noexcept;
   const std::string& url() const noexcept;
   // Bytes appended so far (write_async's once their Future is done).

@@ -483,6 +483,15 @@ class PyRemoteWriter {
     }
     if (!f.ok()) raise_os(f.err, f.message, url_);
   }
+  // close() on the remote pool after the writes made before it: a Future of the object's size.
+  PyFuture* close_async() {
+    std::unique_ptr<api::Future> f;
+    {
+      nb::gil_scoped_release unlocked;
+      writer_->start_close(&f);
+    }
+    return new PyFuture(std::move(f), nullptr, url_);
+  }
   void abort() {
     nb::gil_scoped_release unlocked;
     writer_->abort();
@@ -664,7 +673,13 @@ NB_MODULE(_gpufile, m) {
       .def("pwrite_ptr", &PyRemoteWriter::pwrite_ptr, "ptr"_a, "size"_a,
            "file_offset"_a = nb::none(), nb::rv_policy::take_ownership)
       .def("close", &PyRemoteWriter::close, "Sends the rest and completes the upload.")
-      .def("abort", &PyRemoteWriter::abort, "Drops what was written: the object is not made.")
+      .def("close_async", &PyRemoteWriter::close_async, nb::rv_policy::take_ownership,
+           "close, returning at once: a Future whose result() is the object's size once it "
+           "exists, or raises what failed the upload. Runs after the writes made before it; "
+           "later writes are refused.")
+      .def("abort", &PyRemoteWriter::abort,
+           "Drops what was written: the object is not made. After close_async it waits for that "
+           "close instead and leaves its object.")
       .def("__enter__", [](nb::handle self) { return nb::borrow(self); })
       .def("__exit__", [](PyRemoteWriter& w, nb::args exc) {
         if (exc.size() > 0 && !exc[0].is_none()) w.abort();  // nothing half-written appears

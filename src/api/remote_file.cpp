@@ -197,7 +197,9 @@ RemoteWriter::~RemoteWriter() { abort(); }
 
 uint64_t RemoteWriter::written() const { return written_.load(std::memory_order_acquire); }
 
-bool RemoteWriter::closed() const { return done_.load(std::memory_order_acquire); }
+bool RemoteWriter::closed() const {
+  return done_.load(std::memory_order_acquire) || closing_.load(std::memory_order_acquire);
+}
 
 // Called from a write (on whichever thread runs it): ends the upload, keeps why for close().
 // Started writes still queued then fail with EBADF when their turn comes.
@@ -257,6 +259,10 @@ remote::Failure RemoteWriter::copy_in(const cuda::MemInfo& mem, const char* from
 }
 
 IoResult RemoteWriter::write(const void* buf, uint64_t size, remote::Failure* why) {
+  if (closing_) {  // refused at once: nothing is appended behind a close
+    *why = {EBADF, url() + ": the upload is over (a close was started)"};
+    return {0, Error::sys(EBADF)};
+  }
   wait_for_started();
   return write_now(buf, size, why);
 }
@@ -293,13 +299,27 @@ IoResult RemoteWriter::append(const void* buf, uint64_t size, remote::Failure* w
 }
 
 Error RemoteWriter::start(const void* buf, uint64_t size, std::unique_ptr<Future>* out) {
-  if (done_) return Error::sys(EBADF);
+  if (done_ || closing_) return Error::sys(EBADF);
   Future::Finish finish;
   std::unique_ptr<Future> f = Future::pending(&finish);
+  queue({buf, size, std::move(finish)});
+  *out = std::move(f);
+  return Error::none();
+}
+
+void RemoteWriter::start_close(std::unique_ptr<Future>* out) {
+  Future::Finish finish;
+  std::unique_ptr<Future> f = Future::pending(&finish);
+  closing_ = true;  // before it is queued: no write made after this call is appended
+  queue({nullptr, 0, std::move(finish), true});
+  *out = std::move(f);
+}
+
+void RemoteWriter::queue(Started work) {
   bool post;
   {
     std::lock_guard lock(started_mu_);
-    started_.push_back({buf, size, std::move(finish)});
+    started_.push_back(std::move(work));
     post = !draining_;
     draining_ = true;
   }
@@ -307,8 +327,6 @@ Error RemoteWriter::start(const void* buf, uint64_t size, std::unique_ptr<Future
   // writer outlives it: every call that ends the writer waits for draining_ to drop.
   if (post)
     exec::RemotePool::instance().post([this] { drain(); }, [this] { drain_cancelled(); });
-  *out = std::move(f);
-  return Error::none();
 }
 
 void RemoteWriter::drain() {
@@ -324,6 +342,12 @@ void RemoteWriter::drain() {
       w = std::move(started_.front());
       started_.pop_front();
     }
+    if (w.close) {
+      remote::Failure f = close_now();
+      w.finish(f.ok() ? IoResult{written(), Error::none()} : IoResult{0, Error::sys(f.err)},
+               std::move(f.message));
+      continue;
+    }
     remote::Failure why;
     const IoResult r = write_now(w.buf, w.size, &why);
     w.finish(r, std::move(why.message));
@@ -337,7 +361,9 @@ void RemoteWriter::cancel_started() {
     dropped.swap(started_);
   }
   for (Started& w : dropped)
-    w.finish({0, Error::sys(ECANCELED)}, url() + ": the write was cancelled (the writer was aborted)");
+    w.finish({0, Error::sys(ECANCELED)},
+             url() + (w.close ? ": the close was cancelled (gpufile was unloaded before it ran)"
+                              : ": the write was cancelled (the writer was aborted)"));
 }
 
 // The pool ended (the library is being unloaded) before the drain started: nothing will run
@@ -355,7 +381,11 @@ void RemoteWriter::wait_for_started() {
 }
 
 remote::Failure RemoteWriter::close() {
-  wait_for_started();
+  wait_for_started();  // a start_close's close included: then this gives its result again
+  return close_now();
+}
+
+remote::Failure RemoteWriter::close_now() {
   if (done_) {
     if (!failure_.ok()) return failure_;
     if (aborted_) return {EBADF, url() + ": the upload was aborted"};
@@ -376,7 +406,9 @@ remote::Failure RemoteWriter::close() {
 }
 
 void RemoteWriter::abort() {
-  cancel_started();
+  // After start_close the caller asked for the object: the writes queued before the close are
+  // part of it, so nothing is cancelled; the close is waited for and its object left alone.
+  if (!closing_) cancel_started();
   wait_for_started();
   if (!done_) aborted_ = true;
   done_ = true;

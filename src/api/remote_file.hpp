@@ -58,7 +58,8 @@ class RemoteFile {
 //
 // Writes are appended in the order they are made, whether synchronous (write) or started
 // (start: a Future, run on the remote pool); write, close and abort first wait for the writes
-// started before them. One thread at a time may call a writer's functions.
+// started before them. start_close() queues the close behind the started writes the same way.
+// One thread at a time may call a writer's functions.
 class RemoteWriter {
  public:
   // Sends nothing yet: a missing bucket or refused credentials fail the first request (the
@@ -71,6 +72,7 @@ class RemoteWriter {
   const std::string& url() const { return upload_->url(); }
   // Bytes appended so far (by started writes too, once they are done).
   uint64_t written() const;
+  // True once a close was started (start_close), or the upload ended: closed, aborted, failed.
   bool closed() const;
   // Whether abort() ended the upload (not a close, not a failure).
   bool aborted() const { return aborted_; }
@@ -85,16 +87,23 @@ class RemoteWriter {
   // Sends the rest and ends the upload: the object exists from here on. After a failure it
   // returns that failure again; after abort(), EBADF.
   remote::Failure close();
+  // close() on the remote pool, after the writes started before it; the Future gives the
+  // object's size (written()) or close()'s failure, with its sentence. From here on closed() is
+  // true and write/start fail with EBADF at once. Another start_close, or close(), waits for it
+  // and gives the same result. Never fails itself.
+  void start_close(std::unique_ptr<Future>* out);
   // Fails the started writes that did not begin (ECANCELED), waits for the one running and the
-  // parts in flight, then drops the upload.
+  // parts in flight, then drops the upload. After start_close it cancels nothing: it waits for
+  // the close (and the writes queued before it) and leaves the object it made.
   void abort();
 
  private:
   struct Parts;  // the part buffers and the parts in flight
-  struct Started {  // a write of start() that has not begun
+  struct Started {  // a write of start(), or start_close()'s close, that has not begun
     const void* buf;
     uint64_t size;
     Future::Finish finish;
+    bool close = false;
   };
   RemoteWriter() = default;
   remote::Failure send_filled(bool then_next);
@@ -102,6 +111,8 @@ class RemoteWriter {
   IoResult write_now(const void* buf, uint64_t size, remote::Failure* why);
   IoResult append(const void* buf, uint64_t size, remote::Failure* why);
   remote::Failure fail(remote::Failure f);
+  remote::Failure close_now();  // close() once the started writes before it ran
+  void queue(Started work);     // appends to started_, posting the drain when none runs
   void drain();             // runs the started writes, in order, on a pool thread
   void cancel_started();    // fails the started writes that did not begin
   void drain_cancelled();   // the pool ended before drain() ran
@@ -113,6 +124,7 @@ class RemoteWriter {
   std::atomic<uint64_t> written_{0};
   unsigned sent_ = 0;  // parts sent so far: numbers 1..sent_
   std::atomic<bool> done_{false};
+  std::atomic<bool> closing_{false};  // start_close was called: nothing more is appended
   bool aborted_ = false;  // by abort(), before a close or a failure ended the upload
   remote::Failure failure_;  // what ended the upload, when a failure did (for close())
 

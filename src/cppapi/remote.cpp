@@ -87,7 +87,8 @@ RemoteWriter::RemoteWriter(const std::string& url) : impl_(std::make_unique<Impl
   if (remote::Failure f = api::RemoteWriter::open(url, &impl_->writer); !f.ok()) raise_failure(f);
 }
 
-RemoteWriter::~RemoteWriter() = default;  // ~api::RemoteWriter aborts an upload not closed
+// ~api::RemoteWriter aborts an upload not closed, or waits for a close_async in flight.
+RemoteWriter::~RemoteWriter() = default;
 RemoteWriter::RemoteWriter(RemoteWriter&& other) noexcept = default;
 RemoteWriter& RemoteWriter::operator=(RemoteWriter&& other) noexcept = default;
 
@@ -124,6 +125,16 @@ Future RemoteWriter::write_async(const void* buf, std::size_t size) {
 void RemoteWriter::close() {
   if (!impl_ || !impl_->writer) return;
   if (remote::Failure f = impl_->writer->close(); !f.ok()) raise_failure(f);
+}
+
+Future RemoteWriter::close_async() {
+  if (!impl_ || !impl_->writer)
+    cppapi::raise(Error::sys(EBADF), "close_async (the RemoteWriter holds no object)");
+  auto future = std::make_unique<Future::Impl>();
+  future->path = url();
+  future->kind = sys::IoKind::write;
+  impl_->writer->start_close(&future->io);
+  return Future(std::move(future));
 }
 
 void RemoteWriter::abort() {

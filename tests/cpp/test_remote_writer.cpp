@@ -13,9 +13,11 @@
 
 #include <arpa/inet.h>
 
+#include <atomic>
 #include <chrono>
 #include <cstdlib>
 #include <filesystem>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -86,10 +88,15 @@ class Versitygw {
   }
   ~Versitygw() {
     if (pid_ <= 0) return;
+    kill(pid_, SIGCONT);  // a test that failed while the server was paused
     kill(pid_, SIGTERM);
     waitpid(pid_, nullptr, 0);
   }
   const std::string& endpoint() const { return endpoint_; }
+  // The server stopped (SIGSTOP): connections queue and no request is answered until resume(),
+  // which keeps a request in flight for as long as a test needs.
+  void pause() { kill(pid_, SIGSTOP); }
+  void resume() { kill(pid_, SIGCONT); }
 
  private:
   std::string root_, endpoint_;
@@ -306,6 +313,138 @@ TEST_F(RemoteWriterTest, WrongSecretIsPermissionDenied) {
   w.write(&byte, 1);
   EXPECT_GPUFILE_ERROR(w.close(), std::errc::permission_denied);
   EXPECT_FALSE(exists("denied"));
+}
+
+// ---- close_async -----------------------------------------------------------------------------
+
+// close_async after write_async calls: its Future gives the object's size once the object exists;
+// from the call on, the writer is closed and refuses writes at once; later closes give the same.
+TEST_F(RemoteWriterTest, CloseAsyncGivesTheSizeOfTheObjectItMade) {
+  const std::size_t size = 3 * kPart + 7;
+  const auto bytes = random_bytes(size, 21);
+  gpufile::RemoteWriter w("s3://data/closed-async");
+  std::vector<gpufile::Future> writes;
+  const std::size_t half = size / 2;
+  writes.push_back(w.write_async(bytes.data(), half));
+  writes.push_back(w.write_async(bytes.data() + half, size - half));
+  gpufile::Future closing = w.close_async();
+  EXPECT_TRUE(w.closed());
+  EXPECT_GPUFILE_ERROR(w.write(bytes.data(), 1), std::errc::bad_file_descriptor);
+  EXPECT_GPUFILE_ERROR(w.write_async(bytes.data(), 1), std::errc::bad_file_descriptor);
+  EXPECT_EQ(closing.get(), size);
+  for (gpufile::Future& f : writes) EXPECT_TRUE(f.done());  // ran before the close
+  EXPECT_EQ(writes[0].get(), half);
+  EXPECT_EQ(w.tell(), size);
+  EXPECT_EQ(closing.get(), size);          // again: the same
+  EXPECT_EQ(w.close_async().get(), size);  // a second close_async: the same result
+  w.close();                               // nothing
+  w.abort();                               // nothing either: the object stays
+  EXPECT_GPUFILE_ERROR(w.write(bytes.data(), 1), std::errc::bad_file_descriptor);
+  EXPECT_EQ(files_in_bucket(), std::vector<std::string>{root_ + "/data/closed-async"});
+  gpufile::RemoteFile f("s3://data/closed-async");
+  ASSERT_EQ(f.size(), size);
+  std::vector<std::uint8_t> back(size);
+  EXPECT_EQ(f.read(back.data(), size), size);
+  EXPECT_EQ(mismatch(back, bytes), "");
+}
+
+// An object within one part (one PUT at the close), and an empty one.
+TEST_F(RemoteWriterTest, CloseAsyncOfSmallObjects) {
+  const auto bytes = random_bytes(1000, 22);
+  {
+    gpufile::RemoteWriter w("s3://data/small-async");
+    w.write(bytes.data(), bytes.size());
+    gpufile::Future closing = w.close_async();
+    w.close();  // waits for the close_async and gives its result: no error
+    EXPECT_TRUE(closing.done());
+    EXPECT_EQ(closing.get(), bytes.size());
+  }
+  EXPECT_EQ(mismatch(stored("small-async"), bytes), "");
+  {
+    gpufile::RemoteWriter w("s3://data/empty-async");
+    EXPECT_EQ(w.close_async().get(), 0u);
+  }
+  EXPECT_TRUE(exists("empty-async"));
+  EXPECT_EQ(stored("empty-async").size(), 0u);
+  gpufile::RemoteWriter none;
+  EXPECT_GPUFILE_ERROR(none.close_async(), std::errc::bad_file_descriptor);
+}
+
+// What failed the upload fails close_async's Future: a failed write_async before it, a failed
+// PUT at the close itself; after abort(), bad_file_descriptor. Nothing is left in the bucket.
+TEST_F(RemoteWriterTest, CloseAsyncReportsWhatFailedTheUpload) {
+  const auto bytes = random_bytes(kPart + 1, 23);
+  {
+    gpufile::RemoteWriter w("s3://no-such-bucket/a");
+    gpufile::Future write = w.write_async(bytes.data(), bytes.size());  // its first part fails
+    gpufile::Future closing = w.close_async();
+    EXPECT_GPUFILE_ERROR(closing.get(), std::errc::no_such_file_or_directory);
+    EXPECT_GPUFILE_ERROR(write.get(), std::errc::no_such_file_or_directory);
+    EXPECT_GPUFILE_ERROR(w.close(), std::errc::no_such_file_or_directory);  // the same failure
+    EXPECT_GPUFILE_ERROR(w.close_async().get(), std::errc::no_such_file_or_directory);
+  }
+  {
+    gpufile::RemoteWriter w("s3://no-such-bucket/b");
+    w.write(bytes.data(), 10);  // one part: the PUT at the close fails
+    try {
+      w.close_async().get();
+      ADD_FAILURE() << "no failure";
+    } catch (const gpufile::Exception& e) {
+      EXPECT_TRUE(e.code() == std::errc::no_such_file_or_directory) << e.what();
+      EXPECT_NE(std::string(e.what()).find("s3://no-such-bucket/b"), std::string::npos) << e.what();
+    }
+  }
+  {
+    gpufile::RemoteWriter w("s3://data/aborted-then-closed");
+    w.write(bytes.data(), bytes.size());
+    w.abort();
+    EXPECT_GPUFILE_ERROR(w.close_async().get(), std::errc::bad_file_descriptor);
+  }
+  EXPECT_EQ(files_in_bucket(), std::vector<std::string>{});
+}
+
+// abort(), the destructor and assigning over the writer, while close_async's close is queued
+// behind a write held at a paused server: each waits for the close (it does not return before
+// the server answers), cancels neither, and leaves the object the close made.
+TEST_F(RemoteWriterTest, AbortDestructorAndAssignmentWaitForCloseAsync) {
+  const std::size_t size = 2 * kPart + 5;
+  const auto bytes = random_bytes(size, 24);
+  for (const char* how : {"abort", "destructor", "assignment"}) {
+    SCOPED_TRACE(how);
+    const std::string key = std::string("held-") + how;
+    std::optional<gpufile::RemoteWriter> w(std::in_place, "s3://data/" + key);
+    w->write(bytes.data(), kPart + 1);  // the upload begun, its first part sent
+    server_->pause();
+    // Queued behind a write held at the server: abort must not cancel the close either.
+    gpufile::Future rest = w->write_async(bytes.data() + kPart + 1, size - kPart - 1);
+    gpufile::Future closing = w->close_async();
+    std::atomic<bool> refused{false}, returned{false};
+    std::thread ender([&] {
+      try {
+        w->write(bytes.data(), 1);
+      } catch (const gpufile::Exception& e) {
+        refused = e.code() == std::errc::bad_file_descriptor;
+      }
+      if (std::string(how) == "abort")
+        w->abort();
+      else if (std::string(how) == "destructor")
+        w.reset();
+      else
+        *w = gpufile::RemoteWriter();
+      returned = true;
+    });
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));
+    EXPECT_TRUE(refused.load());   // a write after close_async: refused at once, not queued
+    EXPECT_FALSE(closing.done());  // the server holds the close...
+    EXPECT_FALSE(returned.load());  // ... and the writer's end waits for it
+    server_->resume();
+    ender.join();
+    ASSERT_TRUE(closing.done());
+    EXPECT_EQ(rest.get(), size - kPart - 1);
+    EXPECT_EQ(closing.get(), size);
+    ASSERT_TRUE(exists(key));
+    EXPECT_EQ(mismatch(stored(key), bytes), "");
+  }
 }
 
 TEST_F(CppApiTest, RemoteWriterRefusesWhatIsNotS3) {

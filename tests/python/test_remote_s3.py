@@ -515,3 +515,67 @@ def test_several_parts_are_in_flight_together(aws_env, rng):
         assert held == 2  # two parts waiting at the gate together, not one, and no third
         assert s.objects["/b/big"][0] == data
         assert sum(r[0] == "PUT" for r in s.requests) == 4
+
+
+# ---- close_async ----
+
+def test_close_async_gives_the_size_of_the_object_it_made(s3_env, rng):
+    data = rng.integers(0, 256, size=2 * UPLOAD_PART + 77, dtype=np.uint8)
+    w = gpufile.open("s3://data/up/closed-async.bin", "w")
+    writes = [w.pwrite(piece) for piece in np.array_split(data, 3)]
+    closing = w.close_async()
+    assert w.closed  # from the call on: later writes are refused at once
+    with pytest.raises(OSError) as e:
+        w.write(data[:1])
+    assert e.value.errno == errno.EBADF
+    with pytest.raises(OSError, match="the upload is over"):
+        w.pwrite(data[:1])
+    assert closing.result(timeout=60) == data.size
+    assert all(f.done() for f in writes)  # they ran before the close
+    assert w.tell() == data.size
+    assert w.close_async().result(timeout=60) == data.size  # again: the same result
+    w.close()  # nothing more to do
+    w.abort()  # nor here: the object stays
+    np.testing.assert_array_equal(read_all("s3://data/up/closed-async.bin", data.size), data)
+
+
+def test_close_async_failure_surfaces_in_its_future(s3_env):
+    w = gpufile.open("s3://nobucket/up/x", "w")
+    w.pwrite(np.zeros(UPLOAD_PART + 1, dtype=np.uint8))  # its first part fails
+    closing = w.close_async()
+    with pytest.raises(FileNotFoundError, match="no such bucket"):
+        closing.result(timeout=60)
+    with pytest.raises(FileNotFoundError, match="no such bucket"):
+        w.close()  # the same failure
+    w = gpufile.open("s3://nobucket/up/y", "w")
+    w.write(np.zeros(10, dtype=np.uint8))  # one part: the PUT at the close fails
+    with pytest.raises(FileNotFoundError, match="no such bucket"):
+        w.close_async().result(timeout=60)
+    w = gpufile.open("s3://data/up/aborted-then-closed", "w")
+    w.write(np.zeros(10, dtype=np.uint8))
+    w.abort()
+    with pytest.raises(OSError) as e:
+        w.close_async().result(timeout=60)
+    assert e.value.errno == errno.EBADF
+
+
+def test_abort_waits_for_a_close_async_held_at_the_server(aws_env, rng):
+    """The server holds the close's PUT at its gate: the Future is not done and abort() does
+    not return until the gate opens; then the object is there, whole."""
+    with RangeServer() as s:
+        aws_env.setenv("AWS_ENDPOINT_URL", s.base)
+        data = rng.bytes(1000)
+        w = gpufile.open("s3://b/held", "w")
+        w.write(np.frombuffer(data, dtype=np.uint8))
+        s.gate.clear()
+        closing = w.close_async()
+        aborted = threading.Event()
+        t = threading.Thread(target=lambda: (w.abort(), aborted.set()))
+        t.start()
+        time.sleep(0.3)
+        assert not closing.done() and not aborted.is_set()
+        s.gate.set()
+        t.join(60)
+        assert aborted.is_set()
+        assert closing.result(timeout=60) == len(data)
+        assert s.objects["/b/held"][0] == data
