@@ -53,8 +53,8 @@ class GPUFILE_API RemoteFile {
 // A new s3:// object, written front to back: one PutObject when it ends within one part
 // (max(gpufile.remote_part_kb, 5 MiB)), else an S3 multipart upload with several parts in
 // flight. The object appears, whole, when close() returns (or close_async()'s Future is done);
-// until then an object already at the URL keeps its old bytes. abort(), a failure, or destroying a writer that was not closed drop
-// the upload: nothing is left in the bucket.
+// until then an object already at the URL keeps its old bytes. abort(), a failure, or
+// destroying a writer that was not closed drop the upload: nothing is left in the bucket.
 class GPUFILE_API RemoteWriter {
  public:
   RemoteWriter() noexcept;  // no object: closed() is true
