@@ -224,7 +224,7 @@ int64_t sink_parts(uint16_t port, uint64_t size, uint64_t part, std::atomic<uint
     const ssize_t head_len = send_all(sock, ask, 0) ? read_head(sock, buf) : -1;
     const auto length = head_len > 0 ? header(buf.substr(0, static_cast<size_t>(head_len)), "Content-Length")
                                      : std::nullopt;
-    if (!length || std::stoull(*length) != last + 1 - first) return close(sock), -1;
+    if (!length || std::strtoull(length->c_str(), nullptr, 10) != last + 1 - first) return close(sock), -1;
     const uint64_t extra = buf.size() - static_cast<size_t>(head_len);  // body bytes read with the head
     if (extra > last + 1 - first) return close(sock), -1;
     uint64_t left = last + 1 - first - extra;
