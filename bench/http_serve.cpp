@@ -105,37 +105,34 @@ bool answer(int sock, const Served& file, const std::string& head) {
   const bool http10 = head.find(" HTTP/1.0\r\n") != std::string::npos;
   const auto connection = header(head, "Connection");
   const bool keep = !http10 && !(connection && strcasecmp(connection->c_str(), "close") == 0);
-  std::string reply;
-  auto finish_head = [&](const char* status, uint64_t length) {
-    reply = std::string("HTTP/1.1 ") + status + "\r\nContent-Length: " + std::to_string(length) +
-            "\r\nETag: " + file.etag + "\r\nAccept-Ranges: bytes\r\n" + reply +
-            (keep ? "" : "Connection: close\r\n") + "\r\n";
+  // The reply's head: status, length, the file's ETag, then `extra` header lines.
+  auto reply_head = [&](const char* status, uint64_t length, const std::string& extra) {
+    return std::string("HTTP/1.1 ") + status + "\r\nContent-Length: " + std::to_string(length) +
+           "\r\nETag: " + file.etag + "\r\nAccept-Ranges: bytes\r\n" + extra +
+           (keep ? "" : "Connection: close\r\n") + "\r\n";
   };
-  if (!is_head && head.compare(0, 4, "GET ") != 0) {
-    finish_head("405 Method Not Allowed", 0);
-    return send_all(sock, reply, 0) && keep;
-  }
-  if (auto match = header(head, "If-Match"); match && *match != file.etag && *match != "*") {
-    finish_head("412 Precondition Failed", 0);
-    return send_all(sock, reply, 0) && keep;
-  }
-  uint64_t first = 0, last = file.size ? file.size - 1 : 0;
+  auto bodiless = [&](const char* status, const std::string& extra = "") {
+    return send_all(sock, reply_head(status, 0, extra), 0) && keep;
+  };
+  if (!is_head && head.compare(0, 4, "GET ") != 0) return bodiless("405 Method Not Allowed");
+  if (auto match = header(head, "If-Match"); match && *match != file.etag && *match != "*")
+    return bodiless("412 Precondition Failed");
+  uint64_t first = 0, count = file.size;
   const char* status = "200 OK";
+  std::string content_range;
   if (auto range = header(head, "Range")) {
     unsigned long long a = 0, b = 0;
-    if (std::sscanf(range->c_str(), "bytes=%llu-%llu", &a, &b) != 2 || a > b || a >= file.size) {
-      reply = "Content-Range: bytes */" + std::to_string(file.size) + "\r\n";
-      finish_head("416 Range Not Satisfiable", 0);
-      return send_all(sock, reply, 0) && keep;
-    }
+    if (std::sscanf(range->c_str(), "bytes=%llu-%llu", &a, &b) != 2 || a > b || a >= file.size)
+      return bodiless("416 Range Not Satisfiable",
+                      "Content-Range: bytes */" + std::to_string(file.size) + "\r\n");
+    const uint64_t last = std::min<uint64_t>(b, file.size - 1);
     first = a;
-    last = std::min<uint64_t>(b, file.size - 1);
+    count = last + 1 - first;
     status = "206 Partial Content";
-    reply = "Content-Range: bytes " + std::to_string(first) + "-" + std::to_string(last) + "/" +
-            std::to_string(file.size) + "\r\n";
+    content_range = "Content-Range: bytes " + std::to_string(first) + "-" + std::to_string(last) + "/" +
+                    std::to_string(file.size) + "\r\n";
   }
-  const uint64_t count = file.size ? last + 1 - first : 0;
-  finish_head(status, count);
+  const std::string reply = reply_head(status, count, content_range);
   if (is_head) return send_all(sock, reply, 0) && keep;
   // MSG_MORE: the head leaves in the same segment as the body's first bytes.
   return send_all(sock, reply, MSG_MORE) && send_range(sock, file, first, count) && keep;

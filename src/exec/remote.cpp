@@ -236,8 +236,8 @@ IoResult Runtime::read_remote(remote::Object& obj, void* dst, uint64_t size, uin
   const auto at = reinterpret_cast<uint64_t>(dst);
   if (mem.needs_staging() && mem.range_size != 0 && at + n > mem.range_start + mem.range_size)
     return {0, Error::of(Errc::pointer_range)};
-  exec::RemotePool::instance().allow(exec::remote_threads_for(o));
   const unsigned lanes = exec::remote_threads_for(o);
+  exec::RemotePool::instance().allow(lanes);
   const auto runs = lane_runs(offset, n, std::max<uint64_t>(1, o.part_bytes), lanes);
   const unsigned per_lane = std::max(1u, o.concurrency / static_cast<unsigned>(runs.size()));
   std::atomic<bool> stop{false};  // a failed lane ends the others
