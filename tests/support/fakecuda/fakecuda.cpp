@@ -251,10 +251,22 @@ Global& G() {
 
 // The calling thread's context stack. Plain arrays: a thread_local with a destructor in a
 // dlopen()ed library trips up thread sanitizers at thread exit.
+//
+// Under ThreadSanitizer they also live in the static TLS block: a dlopen()ed library's
+// thread-locals are otherwise malloc()ed on first use, and glibc frees that block at thread
+// exit behind TSan's back, so a later thread that gets the same memory and frees it is
+// reported as racing with the dead thread's reads (seen once in CI, in
+// Driver.ManyThreadsAtOnce). Only there: the static block's spare room is small and shared
+// by every library a process dlopen()s.
+#if defined(__SANITIZE_THREAD__)
+#define FAKECUDA_TLS thread_local __attribute__((tls_model("initial-exec")))
+#else
+#define FAKECUDA_TLS thread_local
+#endif
 constexpr int kMaxCtxDepth = 32;
-thread_local CUctx_st* t_ctx_stack[kMaxCtxDepth];
-thread_local int t_ctx_depth = 0;
-thread_local bool t_in_host_fn = false;
+FAKECUDA_TLS CUctx_st* t_ctx_stack[kMaxCtxDepth];
+FAKECUDA_TLS int t_ctx_depth = 0;
+FAKECUDA_TLS bool t_in_host_fn = false;
 
 // ---------------------------------------------------------------------------------------------
 // Configuration
