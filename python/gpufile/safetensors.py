@@ -357,6 +357,13 @@ class _SessionOpening:
         except BaseException as e:  # noqa: BLE001 - raised by wait(), on the loader's thread
             self._failure = e
 
+    def opened(self) -> bool:
+        """True once the session is open (never blocks; a failed open is False: wait() raises
+        it)."""
+        if self._thread is not None and self._thread.is_alive():
+            return False
+        return self._failure is None
+
     def wait(self) -> None:
         if self._thread is not None:
             self._thread.join()
@@ -364,6 +371,66 @@ class _SessionOpening:
         if self._failure is not None:
             failure, self._failure = self._failure, None
             raise failure
+
+
+class _EarlyReads:
+    """A load's direct reads of local files, each started as soon as both its destination exists
+    and gpufile's session is open, so that the reads of the first tensors overlap the allocation
+    of the later ones instead of waiting for all of it (issue 13: a first load in a fresh process
+    waits for the open, then for the reads). Reads added before the open ends are queued and
+    started by the first add() after it, or by finish().
+
+    The caller settles the pending GPU work of its stream before allocating anything
+    (_settle_allocations): memory handed out afterwards is then free of queued kernels, as the
+    reads require. Every read started ends before finish() or abort() returns."""
+
+    def __init__(self, opening: "_SessionOpening") -> None:
+        self._opening = opening
+        self._files: Dict[str, File] = {}
+        self._queued: List[Tuple[str, int, int, int, str]] = []
+        self._reads = _InFlight()
+
+    def add(self, path: str, ptr: int, nbytes: int, offset: int, what: str) -> None:
+        self._queued.append((path, ptr, nbytes, offset, what))
+        if self._opening.opened():
+            self._start_queued()
+
+    def _start_queued(self) -> None:
+        queued, self._queued = self._queued, []
+        for path, ptr, nbytes, offset, what in queued:
+            f = self._files.get(path)
+            if f is None:
+                f = self._files[path] = File(path, "r")
+            _start_read(f, self._reads, ptr, nbytes, offset, what)
+
+    def finish(self, rest: Sequence[_Plan]) -> None:
+        """Starts what is queued, reads `rest` (remote sources, scatters: _read_all's plans; their
+        local files are opened here), then waits for everything; raises the first failure once
+        all ended."""
+        failure: Optional[BaseException] = None
+        try:
+            self._opening.wait()
+            self._start_queued()
+            _read_all(rest)
+        except BaseException as e:  # noqa: BLE001 - raised once every read ended
+            failure = e
+        try:
+            self.abort()
+        except BaseException as e:  # noqa: BLE001
+            failure = failure or e
+        if failure is not None:
+            raise failure
+
+    def abort(self) -> None:
+        """Starts nothing more, waits for the reads started and closes the files; raises the first
+        read's failure."""
+        self._queued = []
+        try:
+            self._reads.wait()
+        finally:
+            for f in self._files.values():
+                f.close()
+            self._files = {}
 
 
 class _InFlight:
@@ -778,30 +845,57 @@ def load_file(filename: PathLike, device: Any = "cpu", *, framework: str = "pt",
     ``views=True`` each file's tensors are views into one allocation of its data section.
     """
     t = _target(framework, device)
-    opening = _SessionOpening()
+    _settle_allocations(t)  # before allocating: _EarlyReads starts reads between allocations
+    early = _EarlyReads(_SessionOpening())
     result: Dict[str, Any] = {}
-    plans: List[_Plan] = []
-    for src in _sources(filename):
-        h = src.header
-        if views:
-            lo = min((h.tensors[n].begin for n in src.names), default=0)
-            hi = max((h.tensors[n].end for n in src.names), default=0)
-            region = _region(t, hi - lo)
-            for n in src.names:
-                result[n] = _view(t, region.obj, h.tensors[n], lo)
-            plans.append((src, [(region.ptr, hi - lo, h.data_start + lo, src.path)], []))
-            continue
-        ios = []
-        for n in src.names:
-            info = h.tensors[n]
-            dest = _allocate(t, info.dtype, info.shape)
-            result[n] = dest.obj
-            ios.append((dest.ptr, info.nbytes, h.data_start + info.begin, f"{src.path}: {n}"))
-        plans.append((src, ios, []))
-    _settle_allocations(t)
-    opening.wait()
-    _read_all(plans)
+    remote: List[_Plan] = []
+    sources: List[_Source] = []
+    try:
+        try:
+            sources = _sources(filename)
+            for src in sources:
+                ios = _load_source(t, src, views, result, early)
+                if src.remote is not None:
+                    remote.append((src, ios, []))
+        except BaseException:
+            try:
+                early.abort()  # the reads started end before the failure is raised
+            except BaseException:  # noqa: BLE001 - the first failure is the one raised
+                pass
+            raise
+        early.finish(remote)
+    finally:
+        _close_sources(sources)
     return result
+
+
+def _load_source(t: _Target, src: _Source, views: bool, result: Dict[str, Any],
+                 early: _EarlyReads) -> List[Tuple[int, int, int, str]]:
+    """Allocates load_file's destinations for the tensors of `src` into `result`; a local file's
+    reads go to `early` as each destination is made, a remote object's are returned."""
+    ios: List[Tuple[int, int, int, str]] = []
+
+    def read(ptr: int, nbytes: int, offset: int, what: str) -> None:
+        if src.remote is None:
+            early.add(src.path, ptr, nbytes, offset, what)
+        else:
+            ios.append((ptr, nbytes, offset, what))
+
+    h = src.header
+    if views:
+        lo = min((h.tensors[n].begin for n in src.names), default=0)
+        hi = max((h.tensors[n].end for n in src.names), default=0)
+        region = _region(t, hi - lo)
+        for n in src.names:
+            result[n] = _view(t, region.obj, h.tensors[n], lo)
+        read(region.ptr, hi - lo, h.data_start + lo, src.path)
+        return ios
+    for n in src.names:
+        info = h.tensors[n]
+        dest = _allocate(t, info.dtype, info.shape)
+        result[n] = dest.obj
+        read(dest.ptr, info.nbytes, h.data_start + info.begin, f"{src.path}: {n}")
+    return ios
 
 
 SplitRule = Union[Mapping[str, Optional[int]], Callable[[str, Tuple[int, ...]], Optional[int]]]

@@ -16,7 +16,7 @@ StagingPool::~StagingPool() {
   for (auto& b : all_) {
     if (d != nullptr)
       for (const Buffer::Stream& s : b->streams) d->StreamDestroy(s.stream);
-    cuda::free_pinned(b->mem, bytes_);
+    if (b->owned) cuda::free_pinned(b->mem, bytes_);
   }
 }
 
@@ -31,6 +31,20 @@ void StagingPool::init(uint64_t bytes, unsigned cap, unsigned ready) {
     made.push_back(b);
   }
   give(made.data(), static_cast<unsigned>(made.size()));
+}
+
+void StagingPool::init(uint64_t bytes, unsigned cap, char* premade, unsigned count) {
+  bytes_ = bytes;
+  cap_ = cap;
+  std::lock_guard lock(mu_);
+  for (unsigned i = 0; i < std::min(count, cap); ++i) {
+    auto b = std::make_unique<Buffer>();
+    b->mem = premade + i * bytes;
+    b->owned = false;
+    free_.push_back(b.get());
+    all_.push_back(std::move(b));
+    ++made_;
+  }
 }
 
 StagingPool::Buffer* StagingPool::make() {

@@ -27,6 +27,7 @@ class StagingPool {
  public:
   struct Buffer {
     char* mem = nullptr;
+    bool owned = true;  // pinned by the pool (else lent to it by init: see there)
     struct Stream {
       cuda::CUcontext ctx = nullptr;
       cuda::CUstream stream = nullptr;
@@ -47,6 +48,10 @@ class StagingPool {
   // Buffers of `bytes` each, at most `cap` of them, `ready` made now (opening pays for those;
   // the rest are made by the first calls that find none free).
   void init(uint64_t bytes, unsigned cap, unsigned ready);
+  // The same, the first `count` buffers laid end to end at `premade`: pinned memory that
+  // another owner made (pinned at open with the workers' staging, in one registration) and
+  // frees only after this pool is gone.
+  void init(uint64_t bytes, unsigned cap, char* premade, unsigned count);
   uint64_t bytes() const { return bytes_; }
   unsigned cap() const { return cap_; }
   // Buffers made so far (lent or free).

@@ -1,6 +1,7 @@
 #include "exec/executor.hpp"
 
 #include <algorithm>
+#include <chrono>
 #include <new>
 #include <vector>
 
@@ -159,7 +160,7 @@ Executor::~Executor() {
   for (const cuda::PinnedBlock& b : staging_) cuda::free_pinned(b.base, b.bytes);
 }
 
-Error Executor::start() {
+Error Executor::start(std::vector<cuda::PinnedRequest>* also) {
   // Pinning the staging slabs is most of what opening costs (on the H100 machine 100-170 ms for
   // 12-16 workers through cuMemHostAlloc, 23-29 ms with the huge pages of cuda::alloc_pinned).
   // Tried and measured there (docs/performance.md): setting the workers up on parallel threads
@@ -182,7 +183,25 @@ Error Executor::start() {
   }
   // The blocks are the executor's, freed after the workers in ~Executor (also when a worker's
   // init fails below).
+  auto mark = std::chrono::steady_clock::now();
+  const auto lap = [&mark] {
+    const auto now = std::chrono::steady_clock::now();
+    const double ms = std::chrono::duration<double, std::milli>(now - mark).count();
+    mark = now;
+    return ms;
+  };
+  // Other regions go on the first worker's node (near the GPUs when placed), so that one
+  // mapping and one registration take them all.
+  const size_t own = staging.size();
+  if (also != nullptr)
+    for (cuda::PinnedRequest r : *also) {
+      r.node = own > 0 ? staging.front().node : r.node;
+      staging.push_back(r);
+    }
   if (Error e = cuda::alloc_pinned_many(staging, &staging_)) return e;
+  if (also != nullptr)
+    for (size_t i = 0; i < also->size(); ++i) (*also)[i] = staging[own + i];
+  start_costs_.staging_ms = lap();
   for (unsigned i = 0; i < cfg_.workers; ++i) {
     std::unique_ptr<Worker>& w = made[i];
     std::string why;
@@ -193,6 +212,7 @@ Error Executor::start() {
     }
     workers_.push_back(std::move(w));
   }
+  start_costs_.engines_ms = lap();
   ForkGate& g = gate();
   for (auto& w : workers_) {
     // Under the gate's lock, and not while a fork is under way: a thread is never created while
@@ -207,6 +227,7 @@ Error Executor::start() {
     });
     ++alive_;
   }
+  start_costs_.threads_ms = lap();
   return Error::none();
 }
 

@@ -90,8 +90,18 @@ class Executor {
   Executor(const Executor&) = delete;
   Executor& operator=(const Executor&) = delete;
 
-  // Allocates staging memory, sets up engines and starts the workers.
-  Error start();
+  // Allocates staging memory, sets up engines and starts the workers. The regions of `also`
+  // are pinned with the workers' staging, in the same registration, and are the executor's too:
+  // they stay until it is destroyed.
+  Error start(std::vector<cuda::PinnedRequest>* also = nullptr);
+  // What start() spent, in milliseconds: pinning the workers' staging (faulting it in and
+  // registering it with the driver), setting up their engines, starting their threads.
+  struct StartCosts {
+    double staging_ms = 0;
+    double engines_ms = 0;
+    double threads_ms = 0;
+  };
+  const StartCosts& start_costs() const { return start_costs_; }
   const ExecutorConfig& config() const { return cfg_; }
   // Asynchronous IO: spreads each job over every worker and lists them all at once (so that
   // small reads submitted together can share a worker's slab). Jobs must stay alive until they
@@ -165,6 +175,7 @@ class Executor {
   PackPlan plan_packing(unsigned packable) const;
 
   ExecutorConfig cfg_;
+  StartCosts start_costs_;
   std::string engine_name_;
   std::string engine_note_;
   void unlink(Job* job);  // mu_ held

@@ -420,6 +420,31 @@ TEST_F(Concurrency, DriverClosedFromAThreadWithoutAContextUnpinsItsStaging) {
   EXPECT_TRUE(session_->ok()) << session_->error();
 }
 
+// The open pins the workers' staging and the callers' first buffers (two slabs, sixteen small
+// ones) as one mapping in one registration: each registration is a driver call the first load
+// of a checkpoint waits for (issue 13). A caller's first small read and first large read then
+// find their staging made and pin nothing more.
+TEST_F(Concurrency, OpeningPinsItsStagingInOneRegistration) {
+  CAPI_REQUIRE_DRIVER();
+  const FakeControls fake = fake_controls();
+  if (!fake.call_count) GTEST_SKIP() << "needs the test double's call counts";
+  session_.reset();
+  // One NUMA node's mapping, and no page-cache windows (they are registrations too).
+  const uint64_t before = fake.call_count("cuMemHostRegister_v2");
+  reopen_with({{"GPUFILE_NUMA_PLACEMENT", "off"}, {"GPUFILE_PAGECACHE_DMA_MB", "0"}});
+  EXPECT_EQ(fake.call_count("cuMemHostRegister_v2") - before, 1u);
+  Handle h(path_, O_RDONLY);
+  ASSERT_TRUE(h.ok());
+  std::string why;
+  auto buf = Buffer::make(Mem::device, 8 * MiB, &why);
+  ASSERT_TRUE(buf) << why;
+  const uint64_t opened = fake.call_count("cuMemHostRegister_v2");
+  ASSERT_EQ(cuFileRead(h.get(), buf->ptr(), 4096, 0, 0), 4096);
+  ASSERT_EQ(cuFileRead(h.get(), buf->ptr(), 8 * MiB, 0, 0), static_cast<ssize_t>(8 * MiB));
+  EXPECT_EQ(first_mismatch(buf->read_back(0, 8 * MiB).data(), shadow_.data(), 8 * MiB), "");
+  EXPECT_EQ(fake.call_count("cuMemHostRegister_v2"), opened) << "a first read pinned staging";
+}
+
 // Who runs what (src/route/route.hpp, plan_threads), seen through the counters of bytes moved
 // by callers' own threads and by the workers. Bytes are checked either way.
 struct RunnerBytes {

@@ -81,6 +81,70 @@ def test_a_first_load_opens_the_session_meanwhile_and_reports_its_failure(tmp_pa
         assert run.stdout.startswith(expect), (mode, run.stdout, run.stderr)
 
 
+class _Watched:
+    """A read's Future that records whether the loader waited for it."""
+
+    def __init__(self, future):
+        self.future, self.waited = future, False
+
+    def result(self):
+        self.waited = True
+        return self.future.result()
+
+
+def _watch_reads(monkeypatch, allocations):
+    """Each read the loader starts, with the number of destinations allocated before it."""
+    started = []
+
+    def start(f, reads, ptr, nbytes, offset, what):
+        if nbytes:
+            w = _Watched(f.pread_ptr(ptr, nbytes, offset))
+            started.append((w, len(allocations)))
+            reads.add(w, nbytes, what)
+
+    monkeypatch.setattr(gst, "_start_read", start)
+    return started
+
+
+def test_reads_start_while_later_tensors_are_still_being_allocated(tmp_path, rng, monkeypatch):
+    # With the session open, each tensor's read starts once its destination exists: the reads of
+    # the first tensors overlap the allocation of the later ones (issue 13).
+    want = sample(rng)
+    st_save(want, str(tmp_path / "m.safetensors"))
+    gpufile.driver_open()
+    allocations = []
+    allocate = gst._allocate
+    monkeypatch.setattr(gst, "_allocate", lambda *a: allocations.append(a) or allocate(*a))
+    started = _watch_reads(monkeypatch, allocations)
+    assert_same(gst.load_file(tmp_path / "m.safetensors", framework="numpy"), want)
+    assert len(allocations) == len(want)
+    assert started and started[0][1] == 1  # the first read began before the second allocation
+    assert [n for _w, n in started] == sorted(n for _w, n in started)
+    assert all(w.waited for w, _n in started)
+
+
+def test_a_failed_allocation_waits_for_the_reads_already_started(tmp_path, rng, monkeypatch):
+    # A destination that cannot be made after earlier reads began: the load raises, and only
+    # after every read it started has ended (none writes into memory the caller got back).
+    st_save(sample(rng), str(tmp_path / "m.safetensors"))
+    gpufile.driver_open()
+    allocations = []
+    allocate = gst._allocate
+
+    def fail_fifth(*a):
+        allocations.append(a)
+        if len(allocations) == 5:
+            raise MemoryError("no room for the fifth tensor")
+        return allocate(*a)
+
+    monkeypatch.setattr(gst, "_allocate", fail_fifth)
+    started = _watch_reads(monkeypatch, allocations)
+    with pytest.raises(MemoryError, match="fifth"):
+        gst.load_file(tmp_path / "m.safetensors", framework="numpy")
+    assert len(started) >= 3  # the empty tensor (0 bytes) starts no read
+    assert all(w.waited for w, _n in started)
+
+
 def test_writes_what_safetensors_loads_byte_for_byte(tmp_path, rng):
     t = sample(rng)
     gst.save_file(t, tmp_path / "g.safetensors")
