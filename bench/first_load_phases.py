@@ -14,6 +14,11 @@ Variants, each timed from the first gpufile call to torch.cuda.synchronize():
                         before the clock, the session opened before it: the ceiling a loader
                         is compared against (issue 13's "raw read of the same bytes")
   raw/with-open         the same read, the session's open inside the clock
+  allocate              no read: only load_file's destinations allocated (torch.empty per
+                        tensor), to tell slow allocations from slow reads
+
+--pause S sleeps S seconds between processes (the GPU's memory, freed by the last process,
+may still be being cleared when the next one allocates).
 
     python3 bench/first_load_phases.py /root/ckpt/model.safetensors --reps 3 --out /tmp/o
 Each variant runs --reps times, each in its own process; one markdown table to stdout and
@@ -30,7 +35,7 @@ import time
 from benchlib import warm
 from checkpoint_bench import cuda_ready
 
-VARIANTS = ("raw", "raw/with-open", "load_file", "load_file/open-first", "views", "phases")
+VARIANTS = ("raw", "raw/with-open", "load_file", "load_file/open-first", "views", "phases", "allocate")
 
 
 def data_section(path):
@@ -99,6 +104,21 @@ def run_phases(torch, path):
     return {"seconds": marks[-1][1] - marks[0][1], "bytes": total, "steps": steps}
 
 
+def run_allocate(torch, path):
+    import gpufile.safetensors as gs
+    t0 = time.perf_counter()
+    t = gs._target("pt", "cuda:0")
+    total = 0
+    keep = []
+    for src in gs._sources(path):
+        for n in src.names:
+            info = src.header.tensors[n]
+            keep.append(gs._allocate(t, info.dtype, info.shape))
+            total += info.nbytes
+    torch.cuda.synchronize()
+    return {"seconds": time.perf_counter() - t0, "bytes": total}
+
+
 def worker(variant, path):
     torch = cuda_ready()
     if variant == "raw":
@@ -113,6 +133,8 @@ def worker(variant, path):
         return run_load(torch, path, open_first=False, views=True)
     if variant == "phases":
         return run_phases(torch, path)
+    if variant == "allocate":
+        return run_allocate(torch, path)
     raise SystemExit(f"unknown variant {variant}")
 
 
@@ -122,6 +144,7 @@ def main():
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--variants", default=",".join(VARIANTS))
     ap.add_argument("--out", default=None)
+    ap.add_argument("--pause", type=float, default=0.0)
     ap.add_argument("--worker", default=None, help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.worker:
@@ -131,6 +154,7 @@ def main():
     rows = []
     for rep in range(args.reps):
         for v in args.variants.split(","):
+            time.sleep(args.pause)
             p = subprocess.run([sys.executable, __file__, args.path, "--worker", v],
                                capture_output=True, text=True, timeout=300)
             line = [x for x in p.stdout.splitlines() if x.startswith("RESULT ")]
@@ -150,9 +174,12 @@ def main():
             continue
         best = min(rs, key=lambda r: r["seconds"])
         rate = best["bytes"] / best["seconds"]
-        frac = f"{rate / best_raw:.0%}" if best_raw else ""
+        frac = f"{rate / best_raw:.0%}" if best_raw and v != "allocate" else ""
         steps = ", ".join(f"{k} {s * 1e3:.1f}" for k, s in best.get("steps", {}).items())
         print(f"| {v} | {', '.join('%.3f' % r['seconds'] for r in rs)} | {rate / 1e9:.2f} | {frac} | {steps} |")
+    for r in rows:  # every run's steps: a slow run shows which step was slow
+        if r.get("steps"):
+            print(f"{r['variant']} run {r['rep']}: " + ", ".join(f"{k} {s * 1e3:.1f}" for k, s in r["steps"].items()))
     if args.out:
         os.makedirs(args.out, exist_ok=True)
         with open(os.path.join(args.out, "first_load_phases.json"), "w") as f:
