@@ -92,6 +92,15 @@ class _Watched:
         return self.future.result()
 
 
+@pytest.fixture
+def session():
+    """gpufile's session open for the test, and closed again after it (later tests open theirs
+    with settings of their own)."""
+    gpufile.driver_open()
+    yield
+    gpufile.driver_close()
+
+
 def _watch_reads(monkeypatch, allocations):
     """Each read the loader starts, with the number of destinations allocated before it."""
     started = []
@@ -106,12 +115,11 @@ def _watch_reads(monkeypatch, allocations):
     return started
 
 
-def test_reads_start_while_later_tensors_are_still_being_allocated(tmp_path, rng, monkeypatch):
+def test_reads_start_while_later_tensors_are_still_being_allocated(tmp_path, rng, monkeypatch, session):
     # With the session open, each tensor's read starts once its destination exists: the reads of
     # the first tensors overlap the allocation of the later ones (issue 13).
     want = sample(rng)
     st_save(want, str(tmp_path / "m.safetensors"))
-    gpufile.driver_open()
     allocations = []
     allocate = gst._allocate
     monkeypatch.setattr(gst, "_allocate", lambda *a: allocations.append(a) or allocate(*a))
@@ -123,11 +131,10 @@ def test_reads_start_while_later_tensors_are_still_being_allocated(tmp_path, rng
     assert all(w.waited for w, _n in started)
 
 
-def test_a_failed_allocation_waits_for_the_reads_already_started(tmp_path, rng, monkeypatch):
+def test_a_failed_allocation_waits_for_the_reads_already_started(tmp_path, rng, monkeypatch, session):
     # A destination that cannot be made after earlier reads began: the load raises, and only
     # after every read it started has ended (none writes into memory the caller got back).
     st_save(sample(rng), str(tmp_path / "m.safetensors"))
-    gpufile.driver_open()
     allocations = []
     allocate = gst._allocate
 
