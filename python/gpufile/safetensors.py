@@ -18,6 +18,7 @@ the GPU, which torch, CuPy and JAX take with from_dlpack, without a copy).
 """
 from __future__ import annotations
 
+import functools
 import json
 import os
 import struct
@@ -845,42 +846,48 @@ def load_file(filename: PathLike, device: Any = "cpu", *, framework: str = "pt",
     ``views=True`` each file's tensors are views into one allocation of its data section.
     """
     t = _target(framework, device)
+    result: Dict[str, Any] = {}
+    _load(t, filename, lambda src, read: _load_whole(t, src, views, result, read))
+    return result
+
+
+def _load(t: _Target, filename: PathLike,
+          fill: Callable[[_Source, Callable[[int, int, int, str], None]], List[_scatter.Scatter]]) -> None:
+    """The frame of load_file and load_sharded. For each source of `filename`, `fill(src, read)`
+    allocates the destinations of its tensors, hands each direct read to `read(ptr, nbytes,
+    offset, what)` and returns its scatters. A local file's direct reads start as soon as the
+    session is open (_EarlyReads); remote objects and scatters are read after the last
+    allocation. Every read has ended when this returns or raises."""
     _settle_allocations(t)  # before allocating: _EarlyReads starts reads between allocations
     early = _EarlyReads(_SessionOpening())
-    result: Dict[str, Any] = {}
-    remote: List[_Plan] = []
+    rest: List[_Plan] = []
     sources: List[_Source] = []
     try:
         try:
             sources = _sources(filename)
             for src in sources:
-                ios = _load_source(t, src, views, result, early)
-                if src.remote is not None:
-                    remote.append((src, ios, []))
+                ios: List[Tuple[int, int, int, str]] = []
+                if src.remote is None:
+                    scatters = fill(src, functools.partial(early.add, src.path))
+                else:
+                    scatters = fill(src, lambda *io, ios=ios: ios.append(io))
+                if ios or scatters:
+                    rest.append((src, ios, scatters))
         except BaseException:
             try:
                 early.abort()  # the reads started end before the failure is raised
             except BaseException:  # noqa: BLE001 - the first failure is the one raised
                 pass
             raise
-        early.finish(remote)
+        early.finish(rest)
     finally:
         _close_sources(sources)
-    return result
 
 
-def _load_source(t: _Target, src: _Source, views: bool, result: Dict[str, Any],
-                 early: _EarlyReads) -> List[Tuple[int, int, int, str]]:
-    """Allocates load_file's destinations for the tensors of `src` into `result`; a local file's
-    reads go to `early` as each destination is made, a remote object's are returned."""
-    ios: List[Tuple[int, int, int, str]] = []
-
-    def read(ptr: int, nbytes: int, offset: int, what: str) -> None:
-        if src.remote is None:
-            early.add(src.path, ptr, nbytes, offset, what)
-        else:
-            ios.append((ptr, nbytes, offset, what))
-
+def _load_whole(t: _Target, src: _Source, views: bool, result: Dict[str, Any],
+                read: Callable[[int, int, int, str], None]) -> List[_scatter.Scatter]:
+    """load_file's part of _load: every tensor of `src` whole, each in its own allocation or (with
+    `views`) a view into one allocation of the file's data section."""
     h = src.header
     if views:
         lo = min((h.tensors[n].begin for n in src.names), default=0)
@@ -889,13 +896,13 @@ def _load_source(t: _Target, src: _Source, views: bool, result: Dict[str, Any],
         for n in src.names:
             result[n] = _view(t, region.obj, h.tensors[n], lo)
         read(region.ptr, hi - lo, h.data_start + lo, src.path)
-        return ios
+        return []
     for n in src.names:
         info = h.tensors[n]
         dest = _allocate(t, info.dtype, info.shape)
         result[n] = dest.obj
         read(dest.ptr, info.nbytes, h.data_start + info.begin, f"{src.path}: {n}")
-    return ios
+    return []
 
 
 SplitRule = Union[Mapping[str, Optional[int]], Callable[[str, Tuple[int, ...]], Optional[int]]]
@@ -921,11 +928,11 @@ def load_sharded(filename: PathLike, device: Any, split: SplitRule, *, rank: Opt
     rank, world_size, dist = _ranks(rank, world_size, process_group, replicated)
     rule = _split_rule(split)
     t = _target(framework, device)
-    opening = _SessionOpening()
     result: Dict[str, Any] = {}
-    plans, to_broadcast = [], []
-    for src in _sources(filename):
-        h, ios, scatters = src.header, [], []
+    to_broadcast: List[str] = []
+
+    def fill(src: _Source, read: Callable[[int, int, int, str], None]) -> List[_scatter.Scatter]:
+        h, scatters = src.header, []
         for n in src.names:
             info = h.tensors[n]
             dim = rule(n, info.shape)
@@ -936,18 +943,18 @@ def load_sharded(filename: PathLike, device: Any, split: SplitRule, *, rank: Opt
                     to_broadcast.append(n)
                     if rank != 0:
                         continue
-                ios.append((dest.ptr, info.nbytes, h.data_start + info.begin, f"{src.path}: {n}"))
+                read(dest.ptr, info.nbytes, h.data_start + info.begin, f"{src.path}: {n}")
                 continue
             box, shape = _part(info, dim, rank, world_size)
             dest = _allocate(t, info.dtype, shape)
             result[n] = dest.obj
             direct, scattered = _box_plan(dest.ptr, _device_number(t), info, box, h.data_start, f"{src.path}: {n}")
-            ios.extend(direct)
+            for io in direct:
+                read(*io)
             scatters.extend(scattered)
-        plans.append((src, ios, scatters))
-    _settle_allocations(t)
-    opening.wait()
-    _read_all(plans)
+        return scatters
+
+    _load(t, filename, fill)
     if to_broadcast:
         src_rank = dist.get_global_rank(process_group, 0) if process_group is not None else 0
         for n in to_broadcast:
