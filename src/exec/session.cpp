@@ -107,9 +107,10 @@ void ensure_context(const cuda::Driver& d) {
 // them to the workers). Two are made at open, for the first large call. Small IO buffers are
 // small: one for each of many threads (64 at least, 16 made at open).
 //
-// Those made at open are pinned with the workers' staging, in its one registration: made one
-// by one, eighteen mappings and registrations cost the open more than the workers' whole
-// staging did under the CUDA double (19 ms against 23).
+// Those made at open are pinned with the workers' staging, in its one registration, rather than
+// as eighteen mappings and registrations of their own: on the H100 machine the open fell from
+// 7.9-13.3 ms to 5.6-9.6, and a large read right after it no longer lost 22-82 ms to it
+// (docs/performance.md, session 14).
 struct CallerStaging {
   uint64_t small_bytes = 0;  // 0: no small IO buffers
   unsigned small_cap = 0;
