@@ -123,7 +123,8 @@ CallerStaging caller_staging(const Settings& s, const exec::ExecutorConfig& c,
                              const exec::Budget& budget) {
   CallerStaging out;
   const uint64_t small = std::min<uint64_t>(s.small_io_threshold_kb * 1024, c.slab_bytes);
-  if (small > 0) out.small_bytes = small + 2 * kMaxDioAlign;
+  // Whole O_DIRECT blocks: the buffers made at open lie end to end, each an O_DIRECT target.
+  if (small > 0) out.small_bytes = align_up(small + 2 * kMaxDioAlign, uint64_t{kMaxDioAlign});
   out.small_cap = budget.small_buffers;
   out.slab_cap = s.caller_slabs ? static_cast<unsigned>(s.caller_slabs) : budget.caller_slabs;
   return out;
