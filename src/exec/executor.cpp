@@ -1,11 +1,11 @@
 #include "exec/executor.hpp"
 
 #include <algorithm>
-#include <chrono>
 #include <new>
 #include <vector>
 
 #include "core/align.hpp"
+#include "core/laps.hpp"
 #include "cuda/memory.hpp"
 #include "sys/os.hpp"
 #include "exec/worker.hpp"
@@ -183,13 +183,7 @@ Error Executor::start(std::vector<cuda::PinnedRequest>* also) {
   }
   // The blocks are the executor's, freed after the workers in ~Executor (also when a worker's
   // init fails below).
-  auto mark = std::chrono::steady_clock::now();
-  const auto lap = [&mark] {
-    const auto now = std::chrono::steady_clock::now();
-    const double ms = std::chrono::duration<double, std::milli>(now - mark).count();
-    mark = now;
-    return ms;
-  };
+  Laps laps;
   // Other regions go on the first worker's node (near the GPUs when placed), so that one
   // mapping and one registration take them all.
   const size_t own = staging.size();
@@ -201,7 +195,7 @@ Error Executor::start(std::vector<cuda::PinnedRequest>* also) {
   if (Error e = cuda::alloc_pinned_many(staging, &staging_)) return e;
   if (also != nullptr)
     for (size_t i = 0; i < also->size(); ++i) (*also)[i] = staging[own + i];
-  start_costs_.staging_ms = lap();
+  start_costs_.staging_ms = laps.lap();
   for (unsigned i = 0; i < cfg_.workers; ++i) {
     std::unique_ptr<Worker>& w = made[i];
     std::string why;
@@ -212,7 +206,7 @@ Error Executor::start(std::vector<cuda::PinnedRequest>* also) {
     }
     workers_.push_back(std::move(w));
   }
-  start_costs_.engines_ms = lap();
+  start_costs_.engines_ms = laps.lap();
   ForkGate& g = gate();
   for (auto& w : workers_) {
     // Under the gate's lock, and not while a fork is under way: a thread is never created while
@@ -227,7 +221,7 @@ Error Executor::start(std::vector<cuda::PinnedRequest>* also) {
     });
     ++alive_;
   }
-  start_costs_.threads_ms = lap();
+  start_costs_.threads_ms = laps.lap();
   return Error::none();
 }
 

@@ -8,6 +8,7 @@
 #include <cstring>
 
 #include "core/align.hpp"
+#include "core/laps.hpp"
 #include "core/log.hpp"
 #include "cuda/driver.hpp"
 #include "exec/budget.hpp"
@@ -254,25 +255,8 @@ route::VendorFacts vendor_facts(const Session& s, const FileHandle& h, const exe
   return f;
 }
 
-// Milliseconds since the last lap: where an open's time goes. A first load of a checkpoint waits
-// for the open (issue 13), so its INFO line says what each step cost.
-class Laps {
- public:
-  double lap() {
-    const auto now = std::chrono::steady_clock::now();
-    const double ms = std::chrono::duration<double, std::milli>(now - mark_).count();
-    mark_ = now;
-    return ms;
-  }
-  double total() const {
-    return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start_).count();
-  }
-
- private:
-  std::chrono::steady_clock::time_point start_ = std::chrono::steady_clock::now();
-  std::chrono::steady_clock::time_point mark_ = start_;
-};
-
+// A first load of a checkpoint waits for the open (issue 13): its INFO line says what each step
+// cost.
 Error start_session(Session& s) {
   Laps laps;
   s.gpu = cuda::driver() != nullptr;

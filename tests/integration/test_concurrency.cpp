@@ -1,6 +1,7 @@
 // Suite 5: concurrency. Many threads on one handle; deregistration and driver close racing
 // with IO in flight (no crash, no hang; IO either completes correctly or fails cleanly).
 #include <cinttypes>
+#include <fstream>
 #include <initializer_list>
 #include <utility>
 
@@ -487,6 +488,20 @@ void read_from_threads(const Handle& h, const std::vector<uint8_t>& shadow, int 
   }
   for (auto& th : ts) th.join();
   for (int t = 0; t < threads; ++t) EXPECT_EQ(errors[t], "") << "thread " << t;
+}
+
+// At INFO the open says what its steps cost (where a first load's fixed cost goes, issue 13).
+TEST_F(Concurrency, TheOpenLogsWhatItsStepsCostAtInfo) {
+  const std::string log = dir_.file("open.log");
+  reopen_with({{"GPUFILE_LOG_LEVEL", "INFO"}, {"GPUFILE_LOG_FILE", log.c_str()}});
+  std::ifstream in(log);
+  std::string line, found;
+  while (std::getline(in, line))
+    if (line.find("session opened in ") != std::string::npos) found = line;
+  ASSERT_NE(found, "") << "no open line in " << log;
+  for (const char* step : {"driver ", "placement ", "workers ", "staging, ", "engines ", "threads ",
+                           "remote staging ", "NVIDIA's library ", "page-cache DMA "})
+    EXPECT_NE(found.find(step), std::string::npos) << step << " missing from: " << found;
 }
 
 // Staging buffers are O_DIRECT targets however small_io_kb rounds: the small buffers pinned at
