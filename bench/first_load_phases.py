@@ -119,7 +119,22 @@ def run_allocate(torch, path):
     return {"seconds": time.perf_counter() - t0, "bytes": total}
 
 
+def path_bytes():
+    """GiB read by each of gpufile's data paths so far in this process (a slow run may have
+    staged what a fast one copied straight out of the page cache)."""
+    import gpufile
+    paths = gpufile.stats()["read"]["paths"]
+    return {k: round(v["bytes"] / 2**30, 2) for k, v in paths.items() if v["bytes"]}
+
+
 def worker(variant, path):
+    r = run_variant(variant, path)
+    if variant != "allocate":
+        r["paths"] = path_bytes()
+    return r
+
+
+def run_variant(variant, path):
     torch = cuda_ready()
     if variant == "raw":
         return run_raw(torch, path, open_first=True)
@@ -177,9 +192,10 @@ def main():
         frac = f"{rate / best_raw:.0%}" if best_raw and v != "allocate" else ""
         steps = ", ".join(f"{k} {s * 1e3:.1f}" for k, s in best.get("steps", {}).items())
         print(f"| {v} | {', '.join('%.3f' % r['seconds'] for r in rs)} | {rate / 1e9:.2f} | {frac} | {steps} |")
-    for r in rows:  # every run's steps: a slow run shows which step was slow
-        if r.get("steps"):
-            print(f"{r['variant']} run {r['rep']}: " + ", ".join(f"{k} {s * 1e3:.1f}" for k, s in r["steps"].items()))
+    for r in rows:  # every run's steps and data paths: a slow run shows which step was slow
+        steps = ", ".join(f"{k} {s * 1e3:.1f} ms" for k, s in r.get("steps", {}).items())
+        paths = ", ".join(f"{k} {g} GiB" for k, g in r.get("paths", {}).items())
+        print(f"{r['variant']} run {r['rep']}: {r['seconds']:.3f} s; " + "; ".join(x for x in (steps, paths) if x))
     if args.out:
         os.makedirs(args.out, exist_ok=True)
         with open(os.path.join(args.out, "first_load_phases.json"), "w") as f:
