@@ -181,11 +181,10 @@ Error Executor::start(std::vector<cuda::PinnedRequest>* also) {
     made.push_back(std::make_unique<Worker>(*this, cfg_, *group_of[i]));
     staging.push_back({made.back()->staging_bytes(), made.back()->staging_node_wanted()});
   }
-  // The blocks are the executor's, freed after the workers in ~Executor (also when a worker's
-  // init fails below).
   Laps laps;
   // Other regions go on the first worker's node (near the GPUs when placed), so that one
-  // mapping and one registration take them all.
+  // mapping and one registration take them all. The blocks are the executor's, freed after the
+  // workers in ~Executor (also when a worker's init fails below).
   const size_t own = staging.size();
   if (also != nullptr)
     for (cuda::PinnedRequest r : *also) {
