@@ -115,9 +115,9 @@ void ensure_context(const cuda::Driver& d) {
 struct CallerStaging {
   uint64_t small_bytes = 0;  // 0: no small IO buffers
   unsigned small_cap = 0;
+  unsigned small_at_open = 0;
   unsigned slab_cap = 0;
-  static constexpr unsigned kSmallAtOpen = 16;
-  static constexpr unsigned kSlabsAtOpen = 2;
+  unsigned slabs_at_open = 0;
 };
 
 CallerStaging caller_staging(const Settings& s, const exec::ExecutorConfig& c,
@@ -127,7 +127,9 @@ CallerStaging caller_staging(const Settings& s, const exec::ExecutorConfig& c,
   // Whole O_DIRECT blocks: the buffers made at open lie end to end, each an O_DIRECT target.
   if (small > 0) out.small_bytes = align_up(small + 2 * kMaxDioAlign, uint64_t{kMaxDioAlign});
   out.small_cap = budget.small_buffers;
+  out.small_at_open = small > 0 ? std::min(16u, out.small_cap) : 0;
   out.slab_cap = s.caller_slabs ? static_cast<unsigned>(s.caller_slabs) : budget.caller_slabs;
+  out.slabs_at_open = std::min(2u, out.slab_cap);
   return out;
 }
 
@@ -135,24 +137,21 @@ CallerStaging caller_staging(const Settings& s, const exec::ExecutorConfig& c,
 // buffers, each kind laid end to end in one region.
 std::vector<cuda::PinnedRequest> caller_staging_requests(const CallerStaging& cs, uint64_t slab) {
   std::vector<cuda::PinnedRequest> out;
-  const unsigned slabs = std::min(CallerStaging::kSlabsAtOpen, cs.slab_cap);
-  const unsigned small = std::min(CallerStaging::kSmallAtOpen, cs.small_cap);
-  if (slabs > 0) out.push_back({slabs * slab, -1, nullptr, -1});
-  if (cs.small_bytes > 0 && small > 0) out.push_back({small * cs.small_bytes, -1, nullptr, -1});
+  if (cs.slabs_at_open > 0) out.push_back({cs.slabs_at_open * slab, -1, nullptr, -1});
+  if (cs.small_at_open > 0) out.push_back({cs.small_at_open * cs.small_bytes, -1, nullptr, -1});
   return out;
 }
 
+// The pools, lent the regions caller_staging_requests() asked for (pinned by the executor).
 void init_caller_staging(Session& s, const CallerStaging& cs, uint64_t slab,
                          const std::vector<cuda::PinnedRequest>& pinned) {
   size_t next = 0;
-  const unsigned slabs = std::min(CallerStaging::kSlabsAtOpen, cs.slab_cap);
-  if (slabs > 0) s.slabs.init(slab, cs.slab_cap, static_cast<char*>(pinned[next++].out), slabs);
-  else s.slabs.init(slab, cs.slab_cap, 0);
-  const unsigned small = std::min(CallerStaging::kSmallAtOpen, cs.small_cap);
-  if (cs.small_bytes > 0 && small > 0)
-    s.small.init(cs.small_bytes, cs.small_cap, static_cast<char*>(pinned[next++].out), small);
-  else if (cs.small_bytes > 0)
-    s.small.init(cs.small_bytes, cs.small_cap, 0);
+  auto region = [&](unsigned count) {
+    return count > 0 ? static_cast<char*>(pinned[next++].out) : nullptr;
+  };
+  s.slabs.init(slab, cs.slab_cap, region(cs.slabs_at_open), cs.slabs_at_open);
+  char* small = region(cs.small_at_open);
+  if (cs.small_bytes > 0) s.small.init(cs.small_bytes, cs.small_cap, small, cs.small_at_open);
 }
 
 // Staging of remote objects, with or without a GPU: an S3 writer's parts always pass through
