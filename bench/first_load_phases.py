@@ -82,17 +82,7 @@ def run_phases(torch, path):
     t = gs._target("pt", "cuda:0")
     sources = gs._sources(path)
     marks.append(("headers", time.perf_counter()))
-    plans = []
-    total = 0
-    for src in sources:
-        ios = []
-        for n in src.names:
-            info = src.header.tensors[n]
-            dest = gs._allocate(t, info.dtype, info.shape)
-            ios.append((dest.ptr, info.nbytes, src.header.data_start + info.begin, n))
-            total += info.nbytes
-            ios[-1] = ios[-1] + (dest.obj,)
-        plans.append((src, ios))
+    plans, total = allocate_all(gs, t, sources)
     gs._settle_allocations(t)
     marks.append(("allocate", time.perf_counter()))
     gs._SessionOpening().wait()
@@ -104,17 +94,26 @@ def run_phases(torch, path):
     return {"seconds": marks[-1][1] - marks[0][1], "bytes": total, "steps": steps}
 
 
+def allocate_all(gs, t, sources):
+    """load_file's destinations of every tensor of `sources`: per source, (src, [(ptr, nbytes,
+    file offset, name, tensor)]); and the bytes they hold."""
+    plans, total = [], 0
+    for src in sources:
+        ios = []
+        for n in src.names:
+            info = src.header.tensors[n]
+            dest = gs._allocate(t, info.dtype, info.shape)
+            ios.append((dest.ptr, info.nbytes, src.header.data_start + info.begin, n, dest.obj))
+            total += info.nbytes
+        plans.append((src, ios))
+    return plans, total
+
+
 def run_allocate(torch, path):
     import gpufile.safetensors as gs
     t0 = time.perf_counter()
     t = gs._target("pt", "cuda:0")
-    total = 0
-    keep = []
-    for src in gs._sources(path):
-        for n in src.names:
-            info = src.header.tensors[n]
-            keep.append(gs._allocate(t, info.dtype, info.shape))
-            total += info.nbytes
+    _plans, total = allocate_all(gs, t, gs._sources(path))
     torch.cuda.synchronize()
     return {"seconds": time.perf_counter() - t0, "bytes": total}
 

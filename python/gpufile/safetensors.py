@@ -396,23 +396,27 @@ class _EarlyReads:
         if self._opening.opened():
             self._start_queued()
 
+    def _file(self, path: str) -> File:
+        f = self._files.get(path)
+        if f is None:
+            f = self._files[path] = File(path, "r")
+        return f
+
     def _start_queued(self) -> None:
         queued, self._queued = self._queued, []
         for path, ptr, nbytes, offset, what in queued:
-            f = self._files.get(path)
-            if f is None:
-                f = self._files[path] = File(path, "r")
-            _start_read(f, self._reads, ptr, nbytes, offset, what)
+            _start_read(self._file(path), self._reads, ptr, nbytes, offset, what)
 
     def finish(self, rest: Sequence[_Plan]) -> None:
-        """Starts what is queued, reads `rest` (remote sources, scatters: _read_all's plans; their
-        local files are opened here), then waits for everything; raises the first failure once
-        all ended."""
+        """Starts what is queued, reads `rest` (remote objects' reads, scatters; a local file
+        through the File its early reads opened), then waits for everything; raises the first
+        failure once all ended. Closing `rest`'s remote sources is the caller's."""
         failure: Optional[BaseException] = None
         try:
             self._opening.wait()
             self._start_queued()
-            _read_all(rest)
+            _read_from([(src.remote if src.remote is not None else self._file(src.path), ios, scatters)
+                        for src, ios, scatters in rest])
         except BaseException as e:  # noqa: BLE001 - raised once every read ended
             failure = e
         try:
