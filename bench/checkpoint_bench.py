@@ -617,7 +617,10 @@ class Bench:
 
     def variants(self, loader, case):
         """(label, extra environment) for each run of a loader in a case. KvikIO is tuned in
-        the warm case (every --kvikio-threads count); other cases use the best warm count."""
+        the warm case (every --kvikio-threads count); other cases use the best warm count.
+        gpufile runs once as set, then once more for each --gpufile-env."""
+        if loader == "gpufile":
+            return [(loader, {})] + [(f"gpufile ({name})", env) for name, env in self.args.gpufile_env]
         if loader != "kvikio":
             return [(loader, {})]
         counts = self.args.kvikio_threads if case == "warm" else [self.best_kvikio]
@@ -628,7 +631,7 @@ class Bench:
         log(f"case {case}")
         # Warm and shm runs are short: each loader runs `reps` times, the order reversed on
         # every other round so that no loader is always the first after the case's set-up.
-        reps = 1 if case == "cold" else self.args.reps
+        reps = self.args.cold_reps if case == "cold" else self.args.reps
         for rep in range(reps):
             order = self.loaders_in_order()
             for loader in order if rep % 2 == 0 else order[::-1]:
@@ -908,6 +911,15 @@ def csv_choice(choices):
     return parse
 
 
+def labelled_env(text):
+    """'label:VAR=VALUE,VAR=VALUE' -> (label, {VAR: VALUE, ...})."""
+    label, sep, assignments = text.partition(":")
+    env = dict(a.split("=", 1) for a in assignments.split(",") if "=" in a)
+    if not sep or not label or not env or len(env) != len([a for a in assignments.split(",") if a]):
+        raise argparse.ArgumentTypeError(f"{text!r}: expected LABEL:VAR=VALUE[,VAR=VALUE]")
+    return label, env
+
+
 def parse_args(argv):
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                  formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -926,6 +938,13 @@ def parse_args(argv):
     ap.add_argument("--kvikio-threads", type=lambda s: [int(x) for x in s.split(",")],
                     default=[8, 16], help="KVIKIO_NTHREADS values tried warm; the fastest is "
                     "used cold and shm; the last one if warm is not run (default 8,16)")
+    ap.add_argument("--gpufile-env", type=labelled_env, action="append", default=[],
+                    metavar="LABEL:VAR=VALUE[,VAR=VALUE]",
+                    help="one more gpufile row per use, run with these variables set, e.g. "
+                         "'buffered:GPUFILE_DIRECT_IO=never' or 'deep:GPUFILE_WORKERS=16,"
+                         "GPUFILE_SLABS_PER_WORKER=4' (repeatable)")
+    ap.add_argument("--cold-reps", type=int, default=1, help="runs of each loader in the cold "
+                    "case, caches dropped before each (default 1)")
     ap.add_argument("--timeout", type=int, default=120, help="seconds per child process")
     ap.add_argument("--reps", type=int, default=2, help="runs of each loader in the warm and shm "
                     "cases (alternating order); the table shows the fastest (default 2)")
