@@ -887,7 +887,10 @@ LEGEND = """\
 - % of ceiling: cold against dd's single-stream O_DIRECT read of the same file (parallel
   readers can exceed it); warm and shm against the pinned host-to-device copy.
 - cold: `sync; echo 3 > /proc/sys/vm/drop_caches` before the run; warm: the file read once with
-  `cat` before the run; shm: the checkpoint copied to /dev/shm (tmpfs).
+  `cat` before the run; shm: the checkpoint copied to /dev/shm (tmpfs). Runs of a case go in
+  rounds whose loader order reverses every other round: a virtual disk may cache below the
+  page cache and favour whoever reads the same blocks again, so compare cold loaders over an
+  even number of rounds (--cold-reps).
 - peak host GiB: VmHWM, reset just before the load (/proc/self/clear_refs); (+load) is the rise
   over the RSS before the load. It counts mapped file pages, so mmap-based loaders show the
   mapped part of the checkpoint.
