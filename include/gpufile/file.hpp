@@ -1,7 +1,8 @@
 // gpufile::File: a file opened and registered for IO between storage and memory of any kind
-// (GPU device, managed, pinned or pageable host memory), and gpufile::Future, one IO running on
-// gpufile's IO workers. The shape follows KvikIO's FileHandle: read/write block, pread/pwrite
-// return a future.
+// (GPU device, managed, pinned or pageable host memory); gpufile::Future, one IO running on
+// gpufile's IO workers; gpufile::StreamFuture, one IO ordered on a CUDA stream. The shape
+// follows KvikIO's FileHandle: read/write block, pread/pwrite return a future,
+// read_async/write_async queue the IO on a stream.
 #pragma once
 
 #include <chrono>
@@ -13,6 +14,10 @@
 
 #include "gpufile/error.hpp"
 #include "gpufile/export.hpp"
+
+// CUDA's stream type, declared as <cuda.h> and <cuda_runtime.h> do: a CUstream or a
+// cudaStream_t is a CUstream_st*, and no CUDA header is needed here.
+struct CUstream_st;
 
 namespace gpufile {
 
@@ -46,6 +51,35 @@ class GPUFILE_API Future {
   friend class RemoteWriter;
   struct Impl;
   explicit Future(std::unique_ptr<Impl> impl) noexcept;
+  std::unique_ptr<Impl> impl_;
+};
+
+// One IO queued on a CUDA stream by File::read_async or File::write_async: it runs when the
+// stream reaches it, after the work queued there before it, and work queued after it waits for
+// it. The IO's parameters live in the StreamFuture, and the stream reads them when it gets
+// there: destroying (or assigning over) a StreamFuture waits until the stream passed its IO.
+class GPUFILE_API StreamFuture {
+ public:
+  StreamFuture() noexcept;  // holds no IO: valid() is false
+  ~StreamFuture();
+  StreamFuture(StreamFuture&& other) noexcept;
+  StreamFuture& operator=(StreamFuture&& other) noexcept;
+  StreamFuture(const StreamFuture&) = delete;
+  StreamFuture& operator=(const StreamFuture&) = delete;
+
+  bool valid() const noexcept;
+  // Whether the stream passed the IO (get() then returns at once).
+  bool done() const;
+  // Blocks until the stream passed the IO (not the work queued after it).
+  void wait() const;
+  // Waits, then returns the bytes moved (fewer than asked only for a read at end of file), or
+  // throws the IO's Exception. May be called again: the same result.
+  std::size_t get() const;
+
+ private:
+  friend class File;
+  struct Impl;
+  explicit StreamFuture(std::unique_ptr<Impl> impl) noexcept;
   std::unique_ptr<Impl> impl_;
 };
 
@@ -98,10 +132,25 @@ class GPUFILE_API File {
   Future pwrite(const void* buf, std::size_t size, std::int64_t file_offset = 0,
                 std::size_t buf_offset = 0);
 
+  // The same ordered on a CUDA `stream` (a CUstream or cudaStream_t; nullptr is the legacy
+  // default stream), as cuFileReadAsync / cuFileWriteAsync do it: the call returns once the IO
+  // is queued. GPU memory goes through pinned staging by copies queued on the stream, host
+  // memory is read or written in place when the stream gets there; the file IO itself runs on
+  // a CUDA host function (docs/compatibility.md: stream ops). Arguments are checked here (a bad
+  // one throws now); the IO's own failure comes from StreamFuture::get(). Needs a CUDA driver
+  // (errc::driver_not_open without one).
+  StreamFuture read_async(void* buf, std::size_t size, std::int64_t file_offset = 0,
+                          std::size_t buf_offset = 0, CUstream_st* stream = nullptr);
+  StreamFuture write_async(const void* buf, std::size_t size, std::int64_t file_offset = 0,
+                           std::size_t buf_offset = 0, CUstream_st* stream = nullptr);
+
  private:
   struct Impl;
   Future start(bool write, const void* buf, std::size_t size, std::int64_t file_offset,
                std::size_t buf_offset);
+  StreamFuture start_on_stream(bool write, const void* buf, std::size_t size,
+                               std::int64_t file_offset, std::size_t buf_offset,
+                               CUstream_st* stream);
   std::unique_ptr<Impl> impl_;
 };
 

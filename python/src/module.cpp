@@ -21,6 +21,7 @@
 #include "core/stats.hpp"
 #include "cuda/driver.hpp"
 #include "cuda/memory.hpp"
+#include "cuda/stream_mark.hpp"
 #include "device_buffer.hpp"
 #include "errors.hpp"
 #include "exec/runtime.hpp"
@@ -82,7 +83,7 @@ class PyFuture {
 };
 
 // A read or write ordered on a CUDA stream (cuFileReadAsync / cuFileWriteAsync). Its parameters
-// live here, since the stream reads them when it reaches the op; an event after the op tells
+// live here, since the stream reads them when it reaches the op; a mark behind the op tells
 // completion.
 class StreamFuture {
  public:
@@ -93,49 +94,36 @@ class StreamFuture {
     ssize_t bytes = 0;
   };
 
-  // `ctx`: the context the op was queued in, where its event lives (kept until the future goes).
+  // `ctx`: the context the op was queued in, where its mark lives (kept until the future goes).
   StreamFuture(std::unique_ptr<Buffer> b, std::unique_ptr<cuda::MemoryContext> ctx)
-      : params_(std::make_unique<Params>()), buffer_(std::move(b)), owner_(std::move(ctx)),
-        ctx_(owner_->get()) {}
+      : params_(std::make_unique<Params>()), buffer_(std::move(b)), owner_(std::move(ctx)) {}
   ~StreamFuture() {
     {
       nb::gil_scoped_release unlocked;
-      wait_event();
-      destroy_event();
+      mark_.reset();  // waits for the stream to pass the op
     }
     buffer_.reset();
   }
 
   Params& params() { return *params_; }
 
-  // Records the completion event on `stream` after the op was enqueued.
+  // Records the completion mark on `stream` after the op was enqueued.
   void record(cuda::CUstream stream) {
-    const cuda::Driver* d = cuda::driver();
-    cuda::ScopedContext scope(ctx_);
-    if (cuda::CUresult r = d->EventCreate(&event_, cuda::CU_EVENT_DISABLE_TIMING); r != cuda::CUDA_SUCCESS) {
-      event_ = nullptr;
-      raise(Error::cu(r), "cuEventCreate");
-    }
-    if (cuda::CUresult r = d->EventRecord(event_, stream); r != cuda::CUDA_SUCCESS) {
-      // The op is enqueued but cannot be tracked: wait for the whole stream instead.
-      d->StreamSynchronize(stream);
-      raise(Error::cu(r), "cuEventRecord");
-    }
+    mark_ = std::make_unique<cuda::StreamMark>(owner_->get());
+    if (cuda::CUresult r = mark_->record(stream); r != cuda::CUDA_SUCCESS)
+      raise(Error::cu(r), "marking the stream");  // the stream was waited for
   }
 
-  bool done() {
-    if (event_ == nullptr) return true;
-    cuda::ScopedContext scope(ctx_);
-    return cuda::driver()->EventQuery(event_) == cuda::CUDA_SUCCESS;
-  }
+  bool done() { return mark_ == nullptr || mark_->passed(); }
 
   int64_t result() {
-    {
-      nb::gil_scoped_release unlocked;
-      if (cuda::CUresult r = wait_event(); r != cuda::CUDA_SUCCESS) {
-        nb::gil_scoped_acquire locked;
-        raise(Error::cu(r), "waiting for the stream");
+    if (mark_ != nullptr) {
+      cuda::CUresult r;
+      {
+        nb::gil_scoped_release unlocked;
+        r = mark_->wait();
       }
+      if (r != cuda::CUDA_SUCCESS) raise(Error::cu(r), "waiting for the stream");
     }
     ssize_t bytes = params_->bytes;
     if (bytes < 0) raise_stream_result(bytes);
@@ -143,23 +131,10 @@ class StreamFuture {
   }
 
  private:
-  cuda::CUresult wait_event() {
-    if (event_ == nullptr) return cuda::CUDA_SUCCESS;
-    cuda::ScopedContext scope(ctx_);
-    return cuda::driver()->EventSynchronize(event_);
-  }
-  void destroy_event() {
-    if (event_ == nullptr) return;
-    cuda::ScopedContext scope(ctx_);
-    cuda::driver()->EventDestroy(event_);
-    event_ = nullptr;
-  }
-
   std::unique_ptr<Params> params_;
   std::unique_ptr<Buffer> buffer_;
-  std::unique_ptr<cuda::MemoryContext> owner_;  // holds the context ctx_ (a primary one) alive
-  cuda::CUcontext ctx_ = nullptr;
-  cuda::CUevent event_ = nullptr;
+  std::unique_ptr<cuda::MemoryContext> owner_;  // holds the op's context (a primary one) alive
+  std::unique_ptr<cuda::StreamMark> mark_;       // goes first: waits before the rest is let go
 };
 
 // A CUDA stream given as an int, or an object with `cuda_stream` (PyTorch), `ptr` (CuPy) or the

@@ -106,6 +106,7 @@ struct OpState {
   off_t* file_offset_p = nullptr;
   off_t* buf_offset_p = nullptr;
   ssize_t* bytes_p = nullptr;
+  Error* error_p = nullptr;    // gpufile's bindings: the failure whole (may be null)
   uint64_t max_size = 0;       // *size_p at submission: what the copies cover
   off_t submitted_buf_off = 0;
   char* staging = nullptr;
@@ -161,11 +162,18 @@ void run_piece(void* arg) {
   }
 }
 
+// An op's result, as cuFile's *bytes_p has it and, for gpufile's bindings, whole in *error_p.
+void store_result(const IoResult& r, ssize_t* bytes_p, Error* error_p) {
+  if (error_p != nullptr) *error_p = r.error;
+  *bytes_p = r.ok() ? static_cast<ssize_t>(r.bytes) : gpufile::capi::negative_code(r.error);
+}
+
 // After the op's last copy: the result, and the staging buffer back to the pool.
 void finish_op(void* arg) {
   std::unique_ptr<std::shared_ptr<OpState>> holder(static_cast<std::shared_ptr<OpState>*>(arg));
   OpState& op = **holder;
-  *op.bytes_p = op.error.ok() ? static_cast<ssize_t>(op.done) : gpufile::capi::negative_code(op.error);
+  store_result(op.error.ok() ? IoResult{op.done, Error::none()} : IoResult{0, op.error},
+               op.bytes_p, op.error_p);
   give_staging(op.staging_bytes, op.staging);
 }
 
@@ -228,6 +236,7 @@ struct HostOp {
   off_t* file_offset_p;
   off_t* buf_offset_p;
   ssize_t* bytes_p;
+  Error* error_p;
   cuda::MemInfo mem;
 };
 
@@ -242,11 +251,14 @@ void run_host_op(void* arg) {
   } catch (...) {
     r.error = Error::of(Errc::internal);
   }
-  *op->bytes_p = r.ok() ? static_cast<ssize_t>(r.bytes) : gpufile::capi::negative_code(r.error);
+  store_result(r, op->bytes_p, op->error_p);
 }
 
-Error submit(IoKind kind, CUfileHandle_t fh, void* base, size_t* size_p, off_t* file_offset_p,
-             off_t* buf_offset_p, ssize_t* bytes_p, CUstream stream) {
+}  // namespace
+
+Error gpufile::capi::submit_stream_io(IoKind kind, CUfileHandle_t fh, void* base, size_t* size_p,
+                                      off_t* file_offset_p, off_t* buf_offset_p,
+                                      ssize_t* bytes_p, Error* error_p, CUstream stream) {
   if (size_p == nullptr || file_offset_p == nullptr || buf_offset_p == nullptr ||
       bytes_p == nullptr || base == nullptr)
     return Error::of(Errc::invalid_argument);
@@ -265,10 +277,11 @@ Error submit(IoKind kind, CUfileHandle_t fh, void* base, size_t* size_p, off_t* 
       return Error::of(Errc::invalid_argument);
   }
   *bytes_p = 0;
+  if (error_p != nullptr) *error_p = Error::none();
   auto s = reinterpret_cast<cuda::CUstream>(stream);
   if (!mem.needs_staging()) {
     auto op = std::make_unique<HostOp>(
-        HostOp{kind, fh, base, size_p, file_offset_p, buf_offset_p, bytes_p, mem});
+        HostOp{kind, fh, base, size_p, file_offset_p, buf_offset_p, bytes_p, error_p, mem});
     if (cuda::CUresult r = d->LaunchHostFunc(s, run_host_op, op.get()); r != cuda::CUDA_SUCCESS)
       return Error::cu(r);
     op.release();
@@ -284,6 +297,7 @@ Error submit(IoKind kind, CUfileHandle_t fh, void* base, size_t* size_p, off_t* 
   op->file_offset_p = file_offset_p;
   op->buf_offset_p = buf_offset_p;
   op->bytes_p = bytes_p;
+  op->error_p = error_p;
   op->max_size = *size_p;
   op->submitted_buf_off = *buf_offset_p;
   op->staging = staging;
@@ -292,11 +306,14 @@ Error submit(IoKind kind, CUfileHandle_t fh, void* base, size_t* size_p, off_t* 
   return enqueue(op, dst, s);
 }
 
+namespace {
+
 CUfileError_t submit_guarded(const char* what, IoKind kind, CUfileHandle_t fh, void* base,
                              size_t* size_p, off_t* file_offset_p, off_t* buf_offset_p,
                              ssize_t* bytes_p, CUstream stream) {
   return guarded(what, [&] {
-    Error e = submit(kind, fh, base, size_p, file_offset_p, buf_offset_p, bytes_p, stream);
+    Error e = gpufile::capi::submit_stream_io(kind, fh, base, size_p, file_offset_p,
+                                              buf_offset_p, bytes_p, nullptr, stream);
     // NVIDIA's library stores -EINVAL for a refused submission (spec §3.9).
     if (e && bytes_p != nullptr)
       *bytes_p = e.code == Errc::invalid_argument ? -EINVAL : gpufile::capi::negative_code(e);

@@ -7,9 +7,12 @@
 #include <optional>
 
 #include "api/file.hpp"
+#include "capi/capi.hpp"
 #include "cppapi/access.hpp"
 #include "cppapi/future.hpp"
 #include "cppapi/raise.hpp"
+#include "cuda/memory.hpp"
+#include "cuda/stream_mark.hpp"
 
 namespace gpufile {
 
@@ -63,6 +66,51 @@ std::size_t Future::get() const {
   if (!r.ok() && !impl_->io->message().empty()) cppapi::raise_text(r.error, impl_->io->message());
   if (!r.ok()) cppapi::raise(r.error, name_of(impl_->kind), impl_->path);
   return r.bytes;
+}
+
+// ---- StreamFuture ------------------------------------------------------------------------------
+
+struct StreamFuture::Impl {
+  // The op's parameters: the stream reads and writes them when it gets to the op.
+  std::size_t size = 0;
+  off_t file_offset = 0;
+  off_t buf_offset = 0;
+  ssize_t bytes = 0;
+  Error error;
+  std::string path;
+  sys::IoKind kind = sys::IoKind::read;
+  // The memory's context: the op was queued and its mark is kept there.
+  std::unique_ptr<cuda::MemoryContext> ctx;
+  // Last, so destroyed first: waits for the stream to pass the op before the rest goes.
+  std::unique_ptr<cuda::StreamMark> mark;
+
+  static const Impl& of(const std::unique_ptr<Impl>& impl, const char* what) {
+    if (!impl) cppapi::raise(errc::invalid_argument, std::string(what) + ": the StreamFuture holds no IO");
+    return *impl;
+  }
+  void wait(const char* what) const {
+    if (cuda::CUresult r = mark->wait(); r != cuda::CUDA_SUCCESS)
+      cppapi::raise(Error::cu(r), std::string(what) + ": waiting for the stream", path);
+  }
+};
+
+StreamFuture::StreamFuture() noexcept = default;
+StreamFuture::StreamFuture(std::unique_ptr<Impl> impl) noexcept : impl_(std::move(impl)) {}
+StreamFuture::~StreamFuture() = default;  // ~StreamMark waits for the stream
+StreamFuture::StreamFuture(StreamFuture&& other) noexcept = default;
+StreamFuture& StreamFuture::operator=(StreamFuture&& other) noexcept = default;
+
+bool StreamFuture::valid() const noexcept { return impl_ != nullptr; }
+
+bool StreamFuture::done() const { return Impl::of(impl_, "StreamFuture::done").mark->passed(); }
+
+void StreamFuture::wait() const { Impl::of(impl_, "StreamFuture::wait").wait("StreamFuture::wait"); }
+
+std::size_t StreamFuture::get() const {
+  const Impl& op = Impl::of(impl_, "StreamFuture::get");
+  op.wait("StreamFuture::get");
+  if (!op.error.ok()) cppapi::raise(op.error, name_of(op.kind), op.path);
+  return static_cast<std::size_t>(op.bytes);
 }
 
 // ---- File ------------------------------------------------------------------------------------
@@ -168,6 +216,45 @@ Future File::start(bool write, const void* buf, std::size_t size, std::int64_t f
                                    checked_buf_offset(buf_offset)))
     cppapi::raise(e, what, path());
   return Future(std::move(future));
+}
+
+StreamFuture File::start_on_stream(bool write, const void* buf, std::size_t size,
+                                   std::int64_t file_offset, std::size_t buf_offset,
+                                   CUstream_st* stream) {
+  const sys::IoKind kind = write ? sys::IoKind::write : sys::IoKind::read;
+  const char* what = write ? "write_async" : "read_async";
+  check_access(*this, kind, what);
+  if (cuda::driver() == nullptr)
+    cppapi::raise(Error::of(Errc::driver_not_open), std::string(what) + " needs a CUDA driver",
+                  path());
+  auto op = std::make_unique<StreamFuture::Impl>();
+  op->size = size;
+  op->file_offset = static_cast<off_t>(file_offset);
+  op->buf_offset = static_cast<off_t>(checked_buf_offset(buf_offset));
+  op->path = path();
+  op->kind = kind;
+  // Queueing needs a context current (the legacy default stream, pinning the staging, the
+  // mark) and the calling thread may have none: the memory's, for the call.
+  op->ctx = std::make_unique<cuda::MemoryContext>(buf);
+  cuda::ScopedContext scope(op->ctx->get());
+  if (Error e = capi::submit_stream_io(kind, handle(), const_cast<void*>(buf), &op->size,
+                                       &op->file_offset, &op->buf_offset, &op->bytes,
+                                       &op->error, stream))
+    cppapi::raise(e, what, path());
+  op->mark = std::make_unique<cuda::StreamMark>(op->ctx->get());
+  if (cuda::CUresult r = op->mark->record(stream); r != cuda::CUDA_SUCCESS)
+    cppapi::raise(Error::cu(r), std::string(what) + ": marking the stream (waited for it)", path());
+  return StreamFuture(std::move(op));
+}
+
+StreamFuture File::read_async(void* buf, std::size_t size, std::int64_t file_offset,
+                              std::size_t buf_offset, CUstream_st* stream) {
+  return start_on_stream(false, buf, size, file_offset, buf_offset, stream);
+}
+
+StreamFuture File::write_async(const void* buf, std::size_t size, std::int64_t file_offset,
+                               std::size_t buf_offset, CUstream_st* stream) {
+  return start_on_stream(true, buf, size, file_offset, buf_offset, stream);
 }
 
 Future File::pread(void* buf, std::size_t size, std::int64_t file_offset,

@@ -10,14 +10,22 @@
 #include <cstdint>
 #include <string>
 
+// The driver's opaque handles, declared at global scope as <cuda.h> declares them: a
+// `struct X*` first named inside the namespace below would declare gpufile::cuda::X instead, a
+// different type in files that did not see <cufile.h> or <gpufile/file.hpp> first (which
+// declare CUstream_st globally), and the same function would be two to the linker.
+struct CUctx_st;
+struct CUstream_st;
+struct CUevent_st;
+
 namespace gpufile::cuda {
 
 using CUresult = int;
 using CUdevice = int;
 using CUdeviceptr = unsigned long long;
-using CUcontext = struct CUctx_st*;
-using CUstream = struct CUstream_st*;
-using CUevent = struct CUevent_st*;
+using CUcontext = ::CUctx_st*;
+using CUstream = ::CUstream_st*;
+using CUevent = ::CUevent_st*;
 using CUhostFn = void (*)(void* user_data);
 
 // CUresult values the library looks at.

@@ -1,5 +1,6 @@
 // gpufile::File, gpufile::Future and gpufile::RegisteredBuffer: RAII, data at unaligned offsets
 // in every kind of memory, futures, registration, and the documented error of each misuse.
+#include <cuda_runtime.h>
 #include <fakecuda.h>
 #include <fcntl.h>
 #include <unistd.h>
@@ -291,6 +292,142 @@ TEST_F(FutureLifetime, AFailedIoThrowsFromGet) {
     EXPECT_EQ(e.cuda_result(), 999);
   }
 }
+
+// ---- IO ordered on a CUDA stream ------------------------------------------------------------
+
+class StreamIo : public CppApiTest, public ::testing::WithParamInterface<Mem> {
+ protected:
+  void SetUp() override {
+    CppApiTest::SetUp();
+    write_file(path_, bytes_);
+    ASSERT_EQ(cudaStreamCreate(&stream_), cudaSuccess);
+  }
+  void TearDown() override {
+    fakecuda_set_async_delay_us(0);
+    fakecuda_reset_faults();
+    cudaStreamDestroy(stream_);
+    CppApiTest::TearDown();
+  }
+  const std::vector<std::uint8_t> bytes_ = random_bytes(kFileSize, 21);
+  const std::string path_ = dir_.file("data");
+  cudaStream_t stream_ = nullptr;
+};
+
+TEST_P(StreamIo, ReadsAndWritesInStreamOrderAtOffsets) {
+  Memory mem(GetParam(), kFileSize);
+  gpufile::File f(path_, "r+");
+  gpufile::StreamFuture read = f.read_async(mem.get(), kFileSize - 1000, 777, 100, stream_);
+  EXPECT_TRUE(read.valid());
+  EXPECT_EQ(read.get(), kFileSize - 1000);
+  EXPECT_TRUE(read.done());
+  EXPECT_EQ(read.get(), kFileSize - 1000);  // again: the same result
+  const std::vector<std::uint8_t> got = mem.to_host();
+  EXPECT_EQ(mismatch(slice(got, 100, kFileSize - 1000), slice(bytes_, 777, kFileSize - 1000)), "");
+  EXPECT_EQ(mismatch(slice(got, 0, 100), std::vector<std::uint8_t>(100, 0xee)), "");
+
+  // Written back behind the read on the same stream: the write takes what the read brought.
+  gpufile::File out(dir_.file("out"), "w");
+  gpufile::StreamFuture write = out.write_async(mem.get(), 5000, 3, 100, stream_);
+  EXPECT_EQ(write.get(), 5000u);
+  const std::vector<std::uint8_t> file = read_file(dir_.file("out"));
+  ASSERT_EQ(file.size(), 5003u);
+  EXPECT_EQ(mismatch(slice(file, 3, 5000), slice(bytes_, 777, 5000)), "");
+}
+
+TEST_P(StreamIo, TheLegacyDefaultStreamIsNull) {
+  Memory mem(GetParam(), kFileSize);
+  gpufile::File f(path_);
+  EXPECT_EQ(f.read_async(mem.get(), kFileSize).get(), kFileSize);
+  EXPECT_EQ(mismatch(mem.to_host(), bytes_), "");
+}
+
+TEST_P(StreamIo, AReadPastTheEndIsShort) {
+  Memory mem(GetParam(), kFileSize);
+  gpufile::File f(path_);
+  EXPECT_EQ(f.read_async(mem.get(), 8192, kFileSize - 100, 0, stream_).get(), 100u);
+  EXPECT_EQ(mismatch(slice(mem.to_host(), 0, 100), slice(bytes_, kFileSize - 100, 100)), "");
+}
+
+// The stream reads the op's parameters when it gets there, and they live in the StreamFuture:
+// destroying one whose op is still queued must wait for the stream (the double's copies take
+// 20 ms each here). Under ASan a StreamFuture that did not wait is a use after free.
+TEST_P(StreamIo, DestroyingAQueuedStreamFutureWaitsForTheStream) {
+  Memory mem(GetParam(), kFileSize);
+  gpufile::File f(path_);
+  gpufile::reset_statistics();
+  fakecuda_set_async_delay_us(20000);
+  // Work ahead of the op on the same stream: a copy that takes the double's 20 ms.
+  std::vector<std::uint8_t> ahead(4096, 1);
+  ASSERT_EQ(cudaMemcpyAsync(mem.get(), ahead.data(), ahead.size(), cudaMemcpyDefault, stream_),
+            cudaSuccess);
+  {
+    gpufile::StreamFuture queued = f.read_async(mem.get(), kFileSize, 0, 0, stream_);
+    ASSERT_FALSE(queued.done()) << "the stream passed the op at once: nothing would be tested";
+  }
+  const gpufile::OpStats read = gpufile::statistics().read;
+  EXPECT_EQ(read.staged_direct.bytes + read.page_cache.bytes + read.host_direct.bytes +
+                read.small_io.bytes,
+            kFileSize)
+      << "the op had not run when its StreamFuture was let go";
+  fakecuda_set_async_delay_us(0);
+  EXPECT_EQ(mismatch(mem.to_host(), bytes_), "");
+}
+
+// A failure met when the stream gets to the op comes from get(): here the file was closed
+// while the op waited behind 20 ms of other work on its stream.
+TEST_P(StreamIo, AFailureAtExecutionThrowsFromGet) {
+  Memory mem(GetParam(), kFileSize);
+  gpufile::File f(path_);
+  fakecuda_set_async_delay_us(20000);
+  std::vector<std::uint8_t> ahead(4096, 1);
+  ASSERT_EQ(cudaMemcpyAsync(mem.get(), ahead.data(), ahead.size(), cudaMemcpyDefault, stream_),
+            cudaSuccess);
+  gpufile::StreamFuture queued = f.read_async(mem.get(), kFileSize, 0, 0, stream_);
+  ASSERT_FALSE(queued.done()) << "the stream passed the op at once: nothing would be tested";
+  f.close();
+  EXPECT_GPUFILE_ERROR(queued.get(), errc::handle_not_registered);
+  EXPECT_TRUE(queued.done());
+}
+
+// When the op cannot be marked on its stream, the call waits for the stream before it throws:
+// nothing of the op is still queued once the caller learns it failed.
+TEST_P(StreamIo, AMarkThatCannotBeRecordedWaitsForTheStream) {
+  Memory mem(GetParam(), kFileSize);
+  gpufile::File f(path_);
+  gpufile::reset_statistics();
+  fakecuda_set_async_delay_us(20000);
+  ASSERT_EQ(fakecuda_fail_call("cuEventRecord", 1, 999), 0);
+  try {
+    f.read_async(mem.get(), kFileSize, 0, 0, stream_);
+    ADD_FAILURE() << "read_async succeeded although its mark could not be recorded";
+  } catch (const gpufile::Exception& e) {
+    EXPECT_EQ(e.code(), errc::cuda) << e.what();
+    EXPECT_EQ(e.cuda_result(), 999);
+  }
+  const gpufile::OpStats read = gpufile::statistics().read;
+  EXPECT_EQ(read.staged_direct.bytes + read.page_cache.bytes + read.host_direct.bytes +
+                read.small_io.bytes,
+            kFileSize);
+  fakecuda_set_async_delay_us(0);
+  EXPECT_EQ(mismatch(mem.to_host(), bytes_), "");
+}
+
+TEST_P(StreamIo, BadArgumentsThrowAtOnce) {
+  Memory mem(GetParam(), kFileSize);
+  gpufile::File f(path_);
+  EXPECT_GPUFILE_ERROR(f.read_async(mem.get(), 10, -1, 0, stream_), errc::invalid_argument);
+  EXPECT_GPUFILE_ERROR(f.read_async(nullptr, 10, 0, 0, stream_), errc::invalid_argument);
+  EXPECT_GPUFILE_ERROR(f.write_async(mem.get(), 10, 0, 0, stream_), errc::invalid_open_flag);
+  f.close();
+  EXPECT_GPUFILE_ERROR(f.read_async(mem.get(), 10, 0, 0, stream_), std::errc::bad_file_descriptor);
+  gpufile::StreamFuture empty;
+  EXPECT_FALSE(empty.valid());
+  EXPECT_GPUFILE_ERROR(empty.get(), errc::invalid_argument);
+  EXPECT_GPUFILE_ERROR(empty.done(), errc::invalid_argument);
+}
+
+INSTANTIATE_TEST_SUITE_P(Memories, StreamIo, ::testing::ValuesIn(kAllMem),
+                         [](const auto& info) { return std::string(mem_name(info.param)); });
 
 // ---- buffer registration -----------------------------------------------------------------------
 
