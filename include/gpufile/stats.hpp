@@ -53,10 +53,25 @@ struct OpStats {
   std::uint64_t worker_bytes = 0;  // moved by gpufile's IO workers
 };
 
+// The batch API's counters (IoBatch and cuFileBatchIO*, counted while profile.cufile_stats is 1
+// or more): calls by outcome, entries by outcome, bytes of the entries that completed.
+struct BatchStats {
+  std::uint64_t setup_ok = 0, setup_failed = 0;      // IoBatch made, cuFileBatchIOSetUp
+  std::uint64_t submit_ok = 0, submit_failed = 0;    // submissions
+  std::uint64_t entries_submitted = 0;               // entries of the accepted submissions
+  std::uint64_t entries_ok = 0, entries_failed = 0;  // entries that ended
+  std::uint64_t cancel_ok = 0, cancel_failed = 0;
+  std::uint64_t destroy_ok = 0, destroy_failed = 0;
+  std::uint64_t read_bytes = 0, write_bytes = 0;     // moved by the entries that completed
+  std::uint64_t submit_latency_avg_us = 0;           // a submission call, on average
+  std::uint64_t completion_latency_avg_us = 0;       // an entry, from submission to completion
+};
+
 struct Stats {
   int level = 0;  // profile.cufile_stats of the open driver
   OpStats read;
   OpStats write;
+  BatchStats batch;
   std::uint64_t pinned_staging_bytes = 0;  // pinned staging memory held now (0 when closed)
   std::vector<DeviceStats> devices;        // those that saw IO: GPUs by ordinal, host, others
 };

@@ -72,8 +72,9 @@ def stats() -> dict:
     here, its own copy of the runtime (added in; its driver's counters under "hdf5_driver",
     see gpufile.hdf5.counters). Per operation ("read", "write"): calls, bytes, a latency
     histogram with percentiles ("latency") and per data path ("paths") bytes, pieces and
-    latency; "devices": calls and bytes per GPU ordinal ("0", "1", ...), "host" memory and
-    "other_gpus" (ordinals past 31); then the stats level and the pinned staging held now.
+    latency; "batch": the cuFile batch API's counters; "devices": calls and bytes per GPU
+    ordinal ("0", "1", ...), "host" memory and "other_gpus" (ordinals past 31); then the stats
+    level and the pinned staging held now.
     Bytes per path are always counted; calls from stats level 1, latency histograms from 2,
     devices from 3 (docs/python.md, "Statistics")."""
     out = _runtime_stats()

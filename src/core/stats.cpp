@@ -493,11 +493,31 @@ std::string devices_json(const Snapshot& s) {
   return out + "}";
 }
 
+// The batch API's counters (cuFile's L1 batch fields), by the names of the C++ API's BatchStats.
+std::string batch_json(const BatchTotals& b) {
+  const BatchRates r = batch_rates(b);
+  const std::pair<const char*, uint64_t> fields[] = {
+      {"setup_ok", b.setup.ok},          {"setup_failed", b.setup.err},
+      {"submit_ok", b.submit.ok},        {"submit_failed", b.submit.err},
+      {"entries_submitted", b.entries_submitted},
+      {"entries_ok", b.complete.ok},     {"entries_failed", b.complete.err},
+      {"cancel_ok", b.cancel.ok},        {"cancel_failed", b.cancel.err},
+      {"destroy_ok", b.destroy.ok},      {"destroy_failed", b.destroy.err},
+      {"read_bytes", b.bytes[static_cast<int>(Op::read)]},
+      {"write_bytes", b.bytes[static_cast<int>(Op::write)]},
+      {"submit_latency_avg_us", r.submit_lat_avg_us},
+      {"completion_latency_avg_us", r.completion_lat_avg_us}};
+  std::string out = "{";
+  for (const auto& [name, value] : fields) out += (out.size() > 1 ? ", " : "") + field(name, value);
+  return out + "}";
+}
+
 std::string summary_json(const Snapshot& s, uint64_t pinned_staging_bytes) {
   std::string out = "{";
   for (int op = 0; op < kOps; ++op) out += "\"" + std::string(kOpNames[op]) + "\": " + op_json(s, op) + ", ";
-  out += "\"devices\": " + devices_json(s) + ", " + field("level", static_cast<uint64_t>(s.level)) +
-         ", " + field("pinned_staging_bytes", pinned_staging_bytes) + "}";
+  out += "\"batch\": " + batch_json(s.batch) + ", \"devices\": " + devices_json(s) + ", " +
+         field("level", static_cast<uint64_t>(s.level)) + ", " +
+         field("pinned_staging_bytes", pinned_staging_bytes) + "}";
   return out;
 }
 

@@ -139,6 +139,27 @@ DeviceStats device_stats(const stats::Snapshot& s, int row) {
   return d;
 }
 
+BatchStats batch_stats(const stats::BatchTotals& b) {
+  const stats::BatchRates r = stats::batch_rates(b);
+  BatchStats out;
+  out.setup_ok = b.setup.ok;
+  out.setup_failed = b.setup.err;
+  out.submit_ok = b.submit.ok;
+  out.submit_failed = b.submit.err;
+  out.entries_submitted = b.entries_submitted;
+  out.entries_ok = b.complete.ok;
+  out.entries_failed = b.complete.err;
+  out.cancel_ok = b.cancel.ok;
+  out.cancel_failed = b.cancel.err;
+  out.destroy_ok = b.destroy.ok;
+  out.destroy_failed = b.destroy.err;
+  out.read_bytes = b.bytes[static_cast<int>(stats::Op::read)];
+  out.write_bytes = b.bytes[static_cast<int>(stats::Op::write)];
+  out.submit_latency_avg_us = r.submit_lat_avg_us;
+  out.completion_latency_avg_us = r.completion_lat_avg_us;
+  return out;
+}
+
 }  // namespace
 
 Stats statistics() {
@@ -147,6 +168,7 @@ Stats statistics() {
   out.level = s.level;
   out.read = op_stats(s, stats::Op::read);
   out.write = op_stats(s, stats::Op::write);
+  out.batch = batch_stats(s.batch);
   out.pinned_staging_bytes = cuda::live_pinned_bytes();
   for (int row = 0; row < stats::kDeviceRows; ++row)
     if (stats::device_row_used(s, row)) out.devices.push_back(device_stats(s, row));

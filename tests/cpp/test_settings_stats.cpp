@@ -1,4 +1,6 @@
 // Settings by cufile.json key (staged for the next driver open) and the statistics.
+#include <vector>
+
 #include "support.hpp"
 
 namespace cpp_test {
@@ -86,6 +88,40 @@ TEST_F(Statistics, CountCallsBytesAndPaths) {
   f.close();
   gpufile::driver_close();
   EXPECT_EQ(gpufile::statistics().pinned_staging_bytes, 0u);
+}
+
+TEST_F(Statistics, CountTheBatchApi) {
+  gpufile::set_setting("profile.cufile_stats", 1);
+  const std::string path = dir_.file("a");
+  const auto bytes = random_bytes(1 << 20, 32);
+  write_file(path, bytes);
+  gpufile::File f(path);
+  gpufile::reset_statistics();
+  Memory device(Mem::device, bytes.size());
+  {
+    gpufile::IoBatch batch(4);
+    const gpufile::BatchOp ops[] = {
+        {.op = gpufile::IoOp::read, .file = &f, .buf = device.get(), .size = 4096, .tag = 1},
+        {.op = gpufile::IoOp::read, .file = &f, .buf = device.get(), .size = 8192,
+         .file_offset = 4096, .buf_offset = 4096, .tag = 2}};
+    batch.submit(ops);
+    std::size_t ended = 0;
+    while (ended < 2) ended += batch.wait(2 - ended).size();
+    const std::vector<gpufile::BatchOp> past_capacity(5, ops[0]);
+    EXPECT_GPUFILE_ERROR(batch.submit(past_capacity), errc::batch_full);
+  }
+  const gpufile::BatchStats b = gpufile::statistics().batch;
+  EXPECT_EQ(b.setup_ok, 1u);
+  EXPECT_EQ(b.submit_ok, 1u);
+  EXPECT_EQ(b.submit_failed, 1u);
+  EXPECT_EQ(b.entries_submitted, 2u);
+  EXPECT_EQ(b.entries_ok, 2u);
+  EXPECT_EQ(b.entries_failed, 0u);
+  EXPECT_EQ(b.read_bytes, 4096u + 8192u);
+  EXPECT_EQ(b.write_bytes, 0u);
+  EXPECT_EQ(b.destroy_ok, 1u);
+  gpufile::reset_statistics();
+  EXPECT_EQ(gpufile::statistics().batch.entries_ok, 0u);
 }
 
 TEST_F(Statistics, LevelThreeTimesCallsAndCountsEachDevice) {

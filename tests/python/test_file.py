@@ -300,6 +300,11 @@ def test_stats_are_off_by_default(data_file):
         == MiB  # bytes per path: always
     assert st["read"]["calls_ok"] == 0 and sum(st["read"]["latency"]["buckets"]) == 0
     assert st["devices"] == {}
+    assert st["batch"] == {key: 0 for key in (
+        "setup_ok", "setup_failed", "submit_ok", "submit_failed", "entries_submitted",
+        "entries_ok", "entries_failed", "cancel_ok", "cancel_failed", "destroy_ok",
+        "destroy_failed", "read_bytes", "write_bytes", "submit_latency_avg_us",
+        "completion_latency_avg_us")}
 
 
 TWO_GPUS = r"""

@@ -466,5 +466,22 @@ TEST_F(StatsTest, SummaryJsonCarriesLatencyDevicesAndTheRemotePath) {
   EXPECT_NE(j.find("\"devices\": {\"host\": {\"read\": {\"calls_ok\": 1"), std::string::npos) << j;
 }
 
+TEST_F(StatsTest, SummaryJsonCarriesTheBatchCounters) {
+  ASSERT_TRUE(set_level(1));
+  record_batch_setup(true);
+  record_batch_submit(true, 3, 12288, 0, 2 * kUs);
+  record_batch_submit(false, 0, 0, 0, 0);
+  record_batch_complete(Op::read, 4096, 10 * kUs, true);
+  record_batch_complete(Op::read, 0, 0, false);
+  const std::string j = summary_json(snapshot(), 0);
+  EXPECT_NE(j.find("\"batch\": {\"setup_ok\": 1, \"setup_failed\": 0, \"submit_ok\": 1, "
+                   "\"submit_failed\": 1, \"entries_submitted\": 3, \"entries_ok\": 1, "
+                   "\"entries_failed\": 1,"),
+            std::string::npos) << j;
+  EXPECT_NE(j.find("\"read_bytes\": 4096, \"write_bytes\": 0, \"submit_latency_avg_us\": 2, "
+                   "\"completion_latency_avg_us\": 10}"),
+            std::string::npos) << j;
+}
+
 }  // namespace
 }  // namespace gpufile::stats
