@@ -109,7 +109,8 @@ void StreamFuture::wait() const { Impl::of(impl_, "StreamFuture::wait").wait("St
 std::size_t StreamFuture::get() const {
   const Impl& op = Impl::of(impl_, "StreamFuture::get");
   op.wait("StreamFuture::get");
-  if (!op.error.ok()) cppapi::raise(op.error, name_of(op.kind), op.path);
+  if (!op.error.ok())
+    cppapi::raise(op.error, op.kind == sys::IoKind::read ? "read_async" : "write_async", op.path);
   return static_cast<std::size_t>(op.bytes);
 }
 
@@ -236,12 +237,12 @@ StreamFuture File::start_on_stream(bool write, const void* buf, std::size_t size
   // Queueing needs a context current (the legacy default stream, pinning the staging, the
   // mark) and the calling thread may have none: the memory's, for the call.
   op->ctx = std::make_unique<cuda::MemoryContext>(buf);
+  op->mark = std::make_unique<cuda::StreamMark>(op->ctx->get());  // made before anything is queued
   cuda::ScopedContext scope(op->ctx->get());
   if (Error e = capi::submit_stream_io(kind, handle(), const_cast<void*>(buf), &op->size,
                                        &op->file_offset, &op->buf_offset, &op->bytes,
                                        &op->error, stream))
     cppapi::raise(e, what, path());
-  op->mark = std::make_unique<cuda::StreamMark>(op->ctx->get());
   if (cuda::CUresult r = op->mark->record(stream); r != cuda::CUDA_SUCCESS)
     cppapi::raise(Error::cu(r), std::string(what) + ": marking the stream (waited for it)", path());
   return StreamFuture(std::move(op));
