@@ -2,10 +2,10 @@
 //
 //   cpp_read FILE
 //
-// Reads FILE into GPU memory three ways (one blocking read, two futures, one batch of four
-// pieces), copies each result back and compares it with an ordinary read of the file, then
-// prints the bytes per data path. Without a GPU it does the same into host memory. Exits 0 when
-// every byte matches.
+// Reads FILE into GPU memory four ways (one blocking read, two futures, one batch of four
+// pieces, one read ordered on a CUDA stream), copies each result back and compares it with an
+// ordinary read of the file, then prints the bytes per data path. Without a GPU it does the
+// first three into host memory. Exits 0 when every byte matches.
 //
 // Builds against libgpufile.so with CUDA's runtime API:
 //   g++ -std=c++20 cpp_read.cpp $(pkg-config --cflags --libs gpufile) -lcudart
@@ -110,6 +110,20 @@ int run(const char* path) {
     n += c.bytes;
   }
   ok = same("batch", pieces, want) && n == size && ok;
+
+  // 4. A read ordered on a CUDA stream: it runs once the work queued there before it is done,
+  // and work queued after it sees its bytes. Stream IO needs a GPU.
+  if (memory.on_gpu()) {
+    Memory streamed(size);
+    cudaStream_t stream = nullptr;
+    if (cudaStreamCreate(&stream) != cudaSuccess) throw std::runtime_error("cudaStreamCreate failed");
+    {
+      gpufile::StreamFuture queued = file.read_async(streamed.get(), size, 0, 0, stream);
+      n = queued.get();  // waits until the stream passed the read
+    }
+    cudaStreamDestroy(stream);
+    ok = same("stream", streamed, want) && n == size && ok;
+  }
 
   const gpufile::Stats stats = gpufile::statistics();
   std::printf("cpp_read: bytes read by path: staged direct %llu, page cache %llu, "
