@@ -1,12 +1,9 @@
 #include "errors.hpp"
 
-#include <cufile.h>
 #include <nanobind/stl/string.h>
 
 #include <cstring>
 #include <string>
-
-#include "cuda/driver.hpp"
 
 namespace gpufile::py {
 
@@ -68,21 +65,6 @@ void raise_message(const std::string& message) {
 void raise_timeout(double seconds) {
   std::string message = "the IO did not finish within " + std::to_string(seconds) + " s";
   PyErr_SetString(PyExc_TimeoutError, message.c_str());
-  throw nb::python_error();
-}
-
-void raise_stream_result(long long negative) {
-  const long long code = -negative;
-  if (code < CUFILEOP_BASE_ERR) raise_os_error(static_cast<int>(code), "stream IO", nullptr);
-  raise_cufile(static_cast<int>(code), 0, "stream IO");
-}
-
-void raise_cufile(int op_error, int cu_result, const char* what) {
-  std::string message = std::string(what) + ": " +
-                        cufileop_status_error(static_cast<CUfileOpError>(op_error));
-  if (cu_result != 0) message += " (" + cuda::describe(cu_result) + ")";
-  if (op_error == CU_FILE_INVALID_VALUE) throw nb::value_error(message.c_str());
-  PyErr_SetString(gpufile_error, message.c_str());
   throw nb::python_error();
 }
 

@@ -20,8 +20,5 @@ void register_errors(nb::module_ m);
 // message that already says what happened (remote objects' failures).
 [[noreturn]] void raise_os(int err, const std::string& message, const std::string& filename);
 [[noreturn]] void raise_timeout(double seconds);
-// A failed stream op's *bytes_p: -errno, or -CUfileOpError.
-[[noreturn]] void raise_stream_result(long long negative);
-[[noreturn]] void raise_cufile(int op_error, int cu_result, const char* what);
 
 }  // namespace gpufile::py

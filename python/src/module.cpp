@@ -1,6 +1,5 @@
 // gpufile._gpufile: the Python extension. Files, futures, stream IO, device buffers, settings
 // and statistics, over the same runtime that serves the cuFile API. IO releases the GIL.
-#include <cufile.h>
 #include <fcntl.h>
 #include <nanobind/nanobind.h>
 #include <nanobind/stl/string.h>
@@ -92,11 +91,14 @@ class StreamFuture {
     off_t file_offset = 0;
     off_t buffer_offset = 0;
     ssize_t bytes = 0;
+    Error error;  // the op's failure, whole
   };
 
-  // `ctx`: the context the op was queued in, where its mark lives (kept until the future goes).
-  StreamFuture(std::unique_ptr<Buffer> b, std::unique_ptr<cuda::MemoryContext> ctx)
-      : params_(std::make_unique<Params>()), buffer_(std::move(b)), owner_(std::move(ctx)) {}
+  // `ctx`: the context the op is queued in, where its mark lives (kept until the future goes).
+  // `path`: the file named in failures.
+  StreamFuture(std::unique_ptr<Buffer> b, std::unique_ptr<cuda::MemoryContext> ctx, std::string path)
+      : params_(std::make_unique<Params>()), buffer_(std::move(b)), owner_(std::move(ctx)),
+        mark_(std::make_unique<cuda::StreamMark>(owner_->get())), path_(std::move(path)) {}
   ~StreamFuture() {
     {
       nb::gil_scoped_release unlocked;
@@ -109,25 +111,21 @@ class StreamFuture {
 
   // Records the completion mark on `stream` after the op was enqueued.
   void record(cuda::CUstream stream) {
-    mark_ = std::make_unique<cuda::StreamMark>(owner_->get());
     if (cuda::CUresult r = mark_->record(stream); r != cuda::CUDA_SUCCESS)
-      raise(Error::cu(r), "marking the stream");  // the stream was waited for
+      raise(Error::cu(r), "marking the stream (waited for it)", path_.c_str());
   }
 
-  bool done() { return mark_ == nullptr || mark_->passed(); }
+  bool done() { return mark_->passed(); }
 
   int64_t result() {
-    if (mark_ != nullptr) {
-      cuda::CUresult r;
-      {
-        nb::gil_scoped_release unlocked;
-        r = mark_->wait();
-      }
-      if (r != cuda::CUDA_SUCCESS) raise(Error::cu(r), "waiting for the stream");
+    cuda::CUresult r;
+    {
+      nb::gil_scoped_release unlocked;
+      r = mark_->wait();
     }
-    ssize_t bytes = params_->bytes;
-    if (bytes < 0) raise_stream_result(bytes);
-    return bytes;
+    if (r != cuda::CUDA_SUCCESS) raise(Error::cu(r), "waiting for the stream", path_.c_str());
+    if (!params_->error.ok()) raise(params_->error, "stream IO", path_.c_str());
+    return params_->bytes;
   }
 
  private:
@@ -135,6 +133,7 @@ class StreamFuture {
   std::unique_ptr<Buffer> buffer_;
   std::unique_ptr<cuda::MemoryContext> owner_;  // holds the op's context (a primary one) alive
   std::unique_ptr<cuda::StreamMark> mark_;       // goes first: waits before the rest is let go
+  std::string path_;
 };
 
 // A CUDA stream given as an int, or an object with `cuda_stream` (PyTorch), `ptr` (CuPy) or the
@@ -265,23 +264,19 @@ class PyFile {
     // buffers) and the calling thread may have none: the memory's, for the call only.
     auto ctx = std::make_unique<cuda::MemoryContext>(reinterpret_cast<const void*>(base));
     cuda::ScopedContext scope(ctx->get());
-    auto* op = new StreamFuture(std::move(b), std::move(ctx));
+    auto* op = new StreamFuture(std::move(b), std::move(ctx), file_->path());
     std::unique_ptr<StreamFuture> guard(op);
     auto& p = op->params();
     p.size = n;
     p.file_offset = file_offset;
     p.buffer_offset = static_cast<off_t>(buf_offset);
-    CUfileHandle_t fh = file_->handle();
-    CUfileError_t st;
+    Error e;
     {
       nb::gil_scoped_release unlocked;
-      st = kind == sys::IoKind::read
-               ? cuFileReadAsync(fh, reinterpret_cast<void*>(base), &p.size, &p.file_offset,
-                                 &p.buffer_offset, &p.bytes, reinterpret_cast<CUstream>(stream))
-               : cuFileWriteAsync(fh, reinterpret_cast<void*>(base), &p.size, &p.file_offset,
-                                  &p.buffer_offset, &p.bytes, reinterpret_cast<CUstream>(stream));
+      e = capi::submit_stream_io(kind, file_->handle(), reinterpret_cast<void*>(base), &p.size,
+                                 &p.file_offset, &p.buffer_offset, &p.bytes, &p.error, stream);
     }
-    if (st.err != CU_FILE_SUCCESS) raise_cufile(st.err, st.cu_err, "stream IO");
+    if (e) raise(e, kind == sys::IoKind::read ? "read_async" : "write_async", file_->path().c_str());
     op->record(stream);
     return guard.release();
   }
