@@ -37,7 +37,8 @@ const char* describe(Reason why) {
     case Reason::no_staging: return "no caller staging buffer free: the workers run it";
     case Reason::vendor_off: return "gpufile.vendor is off: gpufile's own paths";
     case Reason::vendor_not_loaded:
-      return "NVIDIA's libcufile is not loaded (gpufile check says why): gpufile's own paths";
+      return "NVIDIA's libcufile is not loaded (the NVIDIA line of gpufile check says why): "
+             "gpufile's own paths";
     case Reason::vendor_compat_only:
       return "NVIDIA's driver reports no GPUDirect Storage (compat mode only: it would add a "
              "layer): gpufile's own paths";
