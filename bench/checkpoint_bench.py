@@ -9,6 +9,8 @@ safetensors and with gpufile.
 
     python3 bench/checkpoint_bench.py --size 8 --dir /root/ckpt --out /tmp/gpufile-out
     python3 bench/checkpoint_bench.py --size 8 --plan-only        # shapes only, no torch
+    python3 bench/checkpoint_bench.py --size 8 --shards 4 --cases cold --cold-reps 4
+                                         # the same bytes as 4 shards and an index, cold
 
 Units: sizes and rates are decimal (GB = 1e9 bytes, GB/s = 1e9 B/s) unless a number says GiB.
 --size takes decimal GB ("8", "8GB") or binary GiB ("8GiB").
@@ -128,6 +130,72 @@ def read_header(path):
     return 8 + n, header
 
 
+def shard_paths(st_path, shards):
+    """The shard files and the index of `st_path` cut into `shards` files (Hugging Face names)."""
+    stem = st_path[:-len(".safetensors")]
+    files = [f"{stem}-{i + 1:05d}-of-{shards:05d}.safetensors" for i in range(shards)]
+    return files, f"{stem}-of-{shards:05d}.safetensors.index.json"
+
+
+def files_of(path):
+    """The files a load of `path` reads: an index's shards, in order, or the file itself."""
+    if not path.endswith(".index.json"):
+        return [path]
+    with open(path) as f:
+        weight_map = json.load(f)["weight_map"]
+    names = sorted(set(weight_map.values()))
+    return [os.path.join(os.path.dirname(path), n) for n in names]
+
+
+def write_shards(st_path, shards):
+    """Cuts the checkpoint `st_path` into `shards` files of about equal bytes, tensors in file
+    order, each a byte range of the original, and writes their index. Returns the index path.
+    Pure Python: no torch, no GPU."""
+    files, index_path = shard_paths(st_path, shards)
+    start, header = read_header(st_path)
+    entries = sorted(header.items(), key=lambda kv: kv[1]["data_offsets"][0])
+    if not 1 <= shards <= len(entries):
+        raise ValueError(f"{shards} shards for {len(entries)} tensors")
+    # Cut k falls on the tensor boundary nearest to k/shards of the bytes, after the cut before
+    # it and leaving a tensor for every later shard.
+    sizes = [e["data_offsets"][1] - e["data_offsets"][0] for _, e in entries]
+    before = [sum(sizes[:i]) for i in range(len(sizes) + 1)]  # bytes ahead of boundary i
+    cuts = [0]
+    for k in range(1, shards):
+        goal = k * before[-1] / shards
+        cuts.append(min(range(cuts[-1] + 1, len(entries) - (shards - k) + 1),
+                        key=lambda i: abs(before[i] - goal)))
+    cuts.append(len(entries))
+    groups = [entries[a:b] for a, b in zip(cuts, cuts[1:])]
+    total = before[-1]
+    weight_map = {}
+    with open(st_path, "rb") as src:
+        for path, group in zip(files, groups):
+            first, last = group[0][1]["data_offsets"][0], group[-1][1]["data_offsets"][1]
+            head = {"__metadata__": {"format": "pt"}}
+            for name, e in group:
+                a, b = e["data_offsets"]
+                head[name] = dict(e, data_offsets=[a - first, b - first])
+                weight_map[name] = os.path.basename(path)
+            text = json.dumps(head, separators=(",", ":")).encode()
+            text += b" " * (-len(text) % 8)  # the data section starts 8-byte aligned
+            tmp = path + ".tmp"
+            with open(tmp, "wb") as out:
+                out.write(len(text).to_bytes(8, "little") + text)
+                src.seek(start + first)
+                left = last - first
+                while left:
+                    chunk = src.read(min(left, 64 << 20))
+                    if not chunk:
+                        raise IOError(f"{st_path} ends early")
+                    out.write(chunk)
+                    left -= len(chunk)
+            os.replace(tmp, path)
+    with open(index_path, "w") as f:
+        json.dump({"metadata": {"total_size": total}, "weight_map": weight_map}, f, indent=1)
+    return index_path
+
+
 # ----------------------------------------------------------------------------------------------
 # Worker side: everything below imports torch lazily, inside the child process.
 
@@ -196,7 +264,13 @@ class Unsupported(Exception):
 
 def setup_safetensors():
     from safetensors.torch import load_file  # safetensors.torch.load_file(filename, device)
-    return lambda p: (load_file(p, device="cuda:0"), "default backend (mmap)")
+
+    def load(p):
+        out = {}
+        for f in files_of(p):  # shards one after another, as transformers loads them
+            out.update(load_file(f, device="cuda:0"))
+        return out, "default backend (mmap)"
+    return load
 
 
 def setup_torch_load(mmap=False):
@@ -217,7 +291,7 @@ def setup_fastsafetensors():
         loader = SafeTensorsFileLoader(None, "cuda:0", nogds=True)
         note = f"nogds=True, copier {loader.copier_class.__name__}; views into one device buffer"
         try:
-            loader.add_filenames({0: [p]})
+            loader.add_filenames({0: files_of(p)})  # every shard at once
             fb = loader.copy_files_to_device()
             try:
                 out = {k: fb.get_tensor(k) for k in loader.get_keys()}
@@ -238,10 +312,10 @@ def setup_runai():
     def load(p):
         out = {}
         with SafetensorsStreamer() as s:
-            s.stream_file(p, device="cuda:0")
+            s.stream_files(files_of(p), device="cuda:0")  # every shard at once
             for name, t in s.get_tensors():
                 out[name] = t
-        return out, "stream_file(device='cuda:0'): host buffer, then .to(cuda) per tensor"
+        return out, "stream_files(device='cuda:0'): host buffer, then .to(cuda) per tensor"
     return load
 
 
@@ -250,8 +324,9 @@ def setup_instanttensor():
     from instanttensor import safe_open
 
     def load(p):
-        out = {}
-        with safe_open(p, framework="pt", device="cuda:0") as f:
+        out, files = {}, files_of(p)
+        with safe_open(files if len(files) > 1 else files[0], framework="pt",
+                       device="cuda:0") as f:
             backend = f.backend.name
             for name, t in f.tensors():
                 out[name] = t
@@ -268,16 +343,19 @@ def setup_kvikio():
     import kvikio.defaults
 
     def load(p):
-        buf = torch.empty(os.path.getsize(p), dtype=torch.uint8, device="cuda:0")
-        with kvikio.CuFile(p, "r") as f:
-            n = f.read(buf)
-        if n != buf.numel():
-            raise IOError(f"short read: {n} of {buf.numel()} bytes")
+        out = {}
+        for path in files_of(p):  # one shard after another
+            buf = torch.empty(os.path.getsize(path), dtype=torch.uint8, device="cuda:0")
+            with kvikio.CuFile(path, "r") as f:
+                n = f.read(buf)
+            if n != buf.numel():
+                raise IOError(f"short read: {n} of {buf.numel()} bytes")
+            out.update(views_of_file_buffer(torch, buf, path))
         d = kvikio.defaults
         note = (f"{d.get('num_threads')} threads, compat_mode {d.get('compat_mode')}, "
                 f"auto_direct_io_read {d.get('auto_direct_io_read')}; "
-                "whole file into one buffer, tensors are views")
-        return views_of_file_buffer(torch, buf, p), note
+                "each file into one buffer, tensors are views")
+        return out, note
     return load
 
 
@@ -461,7 +539,8 @@ def prepare_case(case, path):
     if case == "cold":
         drop_caches()
     elif case == "warm":
-        warm_file(path)
+        for f in files_of(path):
+            warm_file(f)
 
 
 def dd_direct_gbps(path):
@@ -573,6 +652,15 @@ class Bench:
             log("checkpoint present, reusing it")
         self.state["files"] = {k: {"path": p[k], "bytes": os.path.getsize(p[k])}
                                for k in (["st", "pt"] if need_pt else ["st"])}
+        if self.args.shards > 1:
+            shard_files, index = shard_paths(p["st"], self.args.shards)
+            if not all(os.path.exists(f) and os.path.getmtime(f) >= os.path.getmtime(p["st"])
+                       for f in shard_files + [index]):
+                log(f"cutting the checkpoint into {self.args.shards} shards")
+                write_shards(p["st"], self.args.shards)
+                os.sync()
+            self.state["files"]["index"] = {
+                "path": index, "bytes": sum(os.path.getsize(f) for f in shard_files)}
 
     def save_compare(self):
         """safetensors.torch.save_file vs gpufile.safetensors.save_file of the same GPU
@@ -637,9 +725,13 @@ class Bench:
             for loader in order if rep % 2 == 0 else order[::-1]:
                 if loader in self.dropped:
                     continue
-                path = files["pt"] if loader in TORCH_FORMAT else files["st"]
+                if loader in TORCH_FORMAT and "index" in files:
+                    self.dropped.add(loader)  # torch.load reads the one .pt file
+                    self.state["notes"].append(f"{loader}: not run with --shards (one .pt file)")
+                    continue
+                path = files["pt"] if loader in TORCH_FORMAT else files.get("index") or files["st"]
                 for label, env in self.variants(loader, case):
-                    row = self.run_loader(case, loader, label, path, files["st"], env)
+                    row = self.run_loader(case, loader, label, path, self.paths["st"], env)
                     if row is not None:
                         row["rep"] = rep
                     self.record(row)
@@ -647,7 +739,8 @@ class Bench:
             self.pick_kvikio()
 
     def run_loader(self, case, loader, label, path, ref, env):
-        row = {"loader": label, "case": case, "file": path, "bytes": os.path.getsize(path)}
+        row = {"loader": label, "case": case, "file": path,
+               "bytes": sum(os.path.getsize(f) for f in files_of(path))}
         if self.out_of_time():
             return dict(row, status="skipped", reason=f"time budget ({self.args.budget} s) spent")
         try:
@@ -712,7 +805,12 @@ class Bench:
         print("\n" + render_md(self.state), flush=True)
 
     def run_shm_case(self, on_disk):
-        need = sum(os.path.getsize(p) for p in on_disk.values())
+        if "index" in on_disk:  # the shards are read, not the whole file (it stays the reference)
+            on_disk = {k: v for k, v in on_disk.items() if k != "st"}
+        # An index travels with its shards (it names them relative to its own directory).
+        copies = [f for p in on_disk.values()
+                  for f in files_of(p) + ([p] if p.endswith(".index.json") else [])]
+        need = sum(os.path.getsize(p) for p in copies)
         if shutil.disk_usage(os.path.dirname(SHM_DIR)).free < need * 1.05:
             self.state["notes"].append("shm case skipped: not enough space in /dev/shm")
             return
@@ -721,8 +819,8 @@ class Bench:
         try:
             log("copying the checkpoint into /dev/shm")
             files = {k: os.path.join(SHM_DIR, os.path.basename(p)) for k, p in on_disk.items()}
-            for k, p in on_disk.items():
-                shutil.copyfile(p, files[k])
+            for p in copies:
+                shutil.copyfile(p, os.path.join(SHM_DIR, os.path.basename(p)))
         except OSError as e:
             self.state["notes"].append(f"shm case skipped: copying into /dev/shm: {e}")
             shutil.rmtree(SHM_DIR, ignore_errors=True)
@@ -803,6 +901,15 @@ def md_table(header, rows):
     return "\n".join(lines)
 
 
+def shards_text(state):
+    index = state["files"].get("index")
+    if not index:
+        return ""
+    n = len(files_of(index["path"])) if os.path.exists(index["path"]) else "?"
+    return (f" Loaded as a sharded checkpoint: {n} files and their index "
+            f"(`{os.path.basename(index['path'])}`); torch.load rows are not run.")
+
+
 def render_ceilings(state):
     c = state["ceilings"]
     h2d = c.get("h2d", {})
@@ -867,7 +974,7 @@ def render_md(state):
         f"Machine: {m.get('gpus', '?')}; {m.get('nproc', '?')} CPUs; {m.get('memory', '')}; "
         f"kernel {m.get('kernel', '')}; Python {m.get('python', '')}.  ",
         "Versions: " + ", ".join(f"{k} {v}" for k, v in m.get("versions", {}).items()), "",
-        state["plan_text"] + ".", "",
+        state["plan_text"] + "." + shards_text(state), "",
         "## Ceilings", "", render_ceilings(state), "",
         "## Loading into cuda:0", "",
         md_table(["loader", "case", "seconds", "GB/s", "% of ceiling", "peak host GiB (+load)",
@@ -883,7 +990,7 @@ LEGEND = """\
 - Each row is a fresh process. Timed: the load call until `torch.cuda.synchronize()` returns.
   Not timed: `import torch`, CUDA context creation, a warm-up allocation, importing the loader's
   library.
-- GB/s = bytes of the file the loader read / seconds (the torch rows read the `.pt` file).
+- GB/s = bytes of the files the loader read / seconds (the torch rows read the `.pt` file).
 - % of ceiling: cold against dd's single-stream O_DIRECT read of the same file (parallel
   readers can exceed it); warm and shm against the pinned host-to-device copy.
 - cold: `sync; echo 3 > /proc/sys/vm/drop_caches` before the run; warm: the file read once with
@@ -946,6 +1053,10 @@ def parse_args(argv):
                     help="one more gpufile row per use, run with these variables set, e.g. "
                          "'buffered:GPUFILE_DIRECT_IO=never' or 'deep:GPUFILE_WORKERS=16,"
                          "GPUFILE_SLABS_PER_WORKER=4' (repeatable)")
+    ap.add_argument("--shards", type=int, default=1, help="load the checkpoint cut into this many "
+                    "files with a Hugging Face index (model-0000k-of-0000n.safetensors), as a "
+                    "sharded checkpoint: gpufile loads the index, the others every shard, at once "
+                    "where their API takes several files (default 1: the single file)")
     ap.add_argument("--cold-reps", type=int, default=1, help="runs of each loader in the cold "
                     "case, caches dropped before each (default 1)")
     ap.add_argument("--timeout", type=int, default=120, help="seconds per child process")
