@@ -374,11 +374,11 @@ TEST_P(StreamIo, DestroyingAQueuedStreamFutureWaitsForTheStream) {
 }
 
 // A failure met when the stream gets to the op comes from get(): here the file was closed
-// while the op waited behind 20 ms of other work on its stream.
+// while the op waited behind 200 ms of other work on its stream (room for a slow close).
 TEST_P(StreamIo, AFailureAtExecutionThrowsFromGet) {
   Memory mem(GetParam(), kFileSize);
   gpufile::File f(path_);
-  fakecuda_set_async_delay_us(20000);
+  fakecuda_set_async_delay_us(200000);
   std::vector<std::uint8_t> ahead(4096, 1);
   ASSERT_EQ(cudaMemcpyAsync(mem.get(), ahead.data(), ahead.size(), cudaMemcpyDefault, stream_),
             cudaSuccess);

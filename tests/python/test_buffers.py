@@ -284,11 +284,11 @@ def test_stream_io_on_a_thread_without_context(tmp_path, data_file, fake, memory
 @needs_fake
 def test_a_stream_op_that_fails_when_the_stream_gets_there_raises_from_result(data_file, fake):
     """The op's own failure comes whole from result(): here its file was closed while the op
-    waited behind the double's 20 ms copy into its staging."""
+    waited behind the double's 200 ms copy into its staging (room for a slow close)."""
     path, _ = data_file(8192)
     buf = gpufile.DeviceBuffer(8192)
     stream = fake.new_stream()
-    fake.lib.fakecuda_set_async_delay_us(20000)
+    fake.lib.fakecuda_set_async_delay_us(200000)
     f = gpufile.open(path)
     sf = f.read_async(buf, stream)
     assert not sf.done(), "the stream passed the op at once: nothing would be tested"
