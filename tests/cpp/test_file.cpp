@@ -308,6 +308,14 @@ class StreamIo : public CppApiTest, public ::testing::WithParamInterface<Mem> {
     cudaStreamDestroy(stream_);
     CppApiTest::TearDown();
   }
+  // Holds the stream up: the double's copies take `delay_us` each, and one is queued on the
+  // stream ahead of what the test queues next.
+  void hold_stream(const Memory& mem, unsigned delay_us) {
+    fakecuda_set_async_delay_us(delay_us);
+    ASSERT_EQ(cudaMemcpyAsync(mem.get(), ahead_.data(), ahead_.size(), cudaMemcpyDefault, stream_),
+              cudaSuccess);
+  }
+  const std::vector<std::uint8_t> ahead_ = std::vector<std::uint8_t>(4096, 1);
   const std::vector<std::uint8_t> bytes_ = random_bytes(kFileSize, 21);
   const std::string path_ = dir_.file("data");
   cudaStream_t stream_ = nullptr;
@@ -355,11 +363,7 @@ TEST_P(StreamIo, DestroyingAQueuedStreamFutureWaitsForTheStream) {
   Memory mem(GetParam(), kFileSize);
   gpufile::File f(path_);
   gpufile::reset_statistics();
-  fakecuda_set_async_delay_us(20000);
-  // Work ahead of the op on the same stream: a copy that takes the double's 20 ms.
-  std::vector<std::uint8_t> ahead(4096, 1);
-  ASSERT_EQ(cudaMemcpyAsync(mem.get(), ahead.data(), ahead.size(), cudaMemcpyDefault, stream_),
-            cudaSuccess);
+  ASSERT_NO_FATAL_FAILURE(hold_stream(mem, 20000));
   {
     gpufile::StreamFuture queued = f.read_async(mem.get(), kFileSize, 0, 0, stream_);
     ASSERT_FALSE(queued.done()) << "the stream passed the op at once: nothing would be tested";
@@ -378,10 +382,7 @@ TEST_P(StreamIo, DestroyingAQueuedStreamFutureWaitsForTheStream) {
 TEST_P(StreamIo, AFailureAtExecutionThrowsFromGet) {
   Memory mem(GetParam(), kFileSize);
   gpufile::File f(path_);
-  fakecuda_set_async_delay_us(200000);
-  std::vector<std::uint8_t> ahead(4096, 1);
-  ASSERT_EQ(cudaMemcpyAsync(mem.get(), ahead.data(), ahead.size(), cudaMemcpyDefault, stream_),
-            cudaSuccess);
+  ASSERT_NO_FATAL_FAILURE(hold_stream(mem, 200000));
   gpufile::StreamFuture queued = f.read_async(mem.get(), kFileSize, 0, 0, stream_);
   ASSERT_FALSE(queued.done()) << "the stream passed the op at once: nothing would be tested";
   f.close();
