@@ -158,7 +158,7 @@ def parse_header(prefix: bytes, file_size: int) -> Header:
         at = info.end
     if at != data_len:
         raise SafetensorError(f"the tensors cover {at} bytes but the data section holds {data_len}")
-    infos.sort(key=lambda t: t.begin)
+    infos.sort(key=lambda t: (t.begin, t.end))  # the order checked: an empty tensor first
     return Header(metadata, {t.name: t for t in infos}, 8 + n, file_size)
 
 
