@@ -15,12 +15,12 @@
 #include "api/file.hpp"
 #include "api/remote_file.hpp"
 #include "capi/capi.hpp"
+#include "capi/stream_op.hpp"
 #include "buffer.hpp"
 #include "core/config.hpp"
 #include "core/stats.hpp"
 #include "cuda/driver.hpp"
 #include "cuda/memory.hpp"
-#include "cuda/stream_mark.hpp"
 #include "device_buffer.hpp"
 #include "errors.hpp"
 #include "exec/runtime.hpp"
@@ -81,58 +81,35 @@ class PyFuture {
   std::string what_;  // the file named in failures
 };
 
-// A read or write ordered on a CUDA stream (cuFileReadAsync / cuFileWriteAsync). Its parameters
-// live here, since the stream reads them when it reaches the op; a mark behind the op tells
-// completion.
+// A read or write ordered on a CUDA stream (cuFileReadAsync / cuFileWriteAsync, through
+// capi::StreamOp, which keeps its parameters and the mark behind it), and the memory it uses.
 class StreamFuture {
  public:
-  struct Params {
-    size_t size = 0;
-    off_t file_offset = 0;
-    off_t buffer_offset = 0;
-    ssize_t bytes = 0;
-    Error error;  // the op's failure, whole
-  };
-
-  // `ctx`: the context the op is queued in, where its mark lives (kept until the future goes).
-  // `path`: the file named in failures.
-  StreamFuture(std::unique_ptr<Buffer> b, std::unique_ptr<cuda::MemoryContext> ctx, std::string path)
-      : params_(std::make_unique<Params>()), buffer_(std::move(b)), owner_(std::move(ctx)),
-        mark_(std::make_unique<cuda::StreamMark>(owner_->get())), path_(std::move(path)) {}
+  StreamFuture(std::unique_ptr<Buffer> b, std::unique_ptr<capi::StreamOp> op, std::string path)
+      : buffer_(std::move(b)), op_(std::move(op)), path_(std::move(path)) {}
   ~StreamFuture() {
     {
       nb::gil_scoped_release unlocked;
-      mark_.reset();  // waits for the stream to pass the op
+      op_.reset();  // waits for the stream to pass the op
     }
     buffer_.reset();
   }
 
-  Params& params() { return *params_; }
-
-  // Records the completion mark on `stream` after the op was enqueued.
-  void record(cuda::CUstream stream) {
-    if (cuda::CUresult r = mark_->record(stream); r != cuda::CUDA_SUCCESS)
-      raise(Error::cu(r), "marking the stream (waited for it)", path_.c_str());
-  }
-
-  bool done() { return mark_->passed(); }
+  bool done() { return op_->done(); }
 
   int64_t result() {
-    cuda::CUresult r;
+    IoResult r;
     {
       nb::gil_scoped_release unlocked;
-      r = mark_->wait();
+      r = op_->result();
     }
-    if (r != cuda::CUDA_SUCCESS) raise(Error::cu(r), "waiting for the stream", path_.c_str());
-    if (!params_->error.ok()) raise(params_->error, "stream IO", path_.c_str());
-    return params_->bytes;
+    if (!r.ok()) raise(r.error, "stream IO", path_.c_str());
+    return static_cast<int64_t>(r.bytes);
   }
 
  private:
-  std::unique_ptr<Params> params_;
   std::unique_ptr<Buffer> buffer_;
-  std::unique_ptr<cuda::MemoryContext> owner_;  // holds the op's context (a primary one) alive
-  std::unique_ptr<cuda::StreamMark> mark_;       // goes first: waits before the rest is let go
+  std::unique_ptr<capi::StreamOp> op_;
   std::string path_;
 };
 
@@ -260,25 +237,15 @@ class PyFile {
     auto b = Buffer::acquire(buf, kind == sys::IoKind::read);
     const uint64_t n = span(*b, size, buf_offset);
     const uintptr_t base = b->addr();
-    // Queueing needs a context current (for the default stream, the event, pinning the staging
-    // buffers) and the calling thread may have none: the memory's, for the call only.
-    auto ctx = std::make_unique<cuda::MemoryContext>(reinterpret_cast<const void*>(base));
-    cuda::ScopedContext scope(ctx->get());
-    auto* op = new StreamFuture(std::move(b), std::move(ctx), file_->path());
-    std::unique_ptr<StreamFuture> guard(op);
-    auto& p = op->params();
-    p.size = n;
-    p.file_offset = file_offset;
-    p.buffer_offset = static_cast<off_t>(buf_offset);
+    std::unique_ptr<capi::StreamOp> op;
     Error e;
     {
       nb::gil_scoped_release unlocked;
-      e = capi::submit_stream_io(kind, file_->handle(), reinterpret_cast<void*>(base), &p.size,
-                                 &p.file_offset, &p.buffer_offset, &p.bytes, &p.error, stream);
+      e = capi::StreamOp::start(kind, file_->handle(), reinterpret_cast<void*>(base), n, file_offset,
+                                static_cast<int64_t>(buf_offset), stream, &op);
     }
     if (e) raise(e, kind == sys::IoKind::read ? "read_async" : "write_async", file_->path().c_str());
-    op->record(stream);
-    return guard.release();
+    return new StreamFuture(std::move(b), std::move(op), file_->path());
   }
 
  private:

@@ -9,7 +9,6 @@
 
 #include "core/error.hpp"
 #include "core/log.hpp"
-#include "sys/os.hpp"
 
 namespace gpufile::capi {
 
@@ -32,16 +31,6 @@ ssize_t io_return(const IoResult& r);
 // What *bytes_p of a stream op receives for a failure: -errno for OS errors, -CUfileOpError
 // otherwise (callers tell them apart with IS_CUFILE_ERR).
 ssize_t negative_code(const Error& e);
-
-// The body of cuFileReadAsync / cuFileWriteAsync (src/capi/stream.cpp), for gpufile's own
-// bindings (the C++ API's File::read_async): the same op on `stream`, whose failure, when there
-// is one, is also stored whole in *error_p (when not null) before *bytes_p receives its code.
-// The stream reads *size_p and *file_offset_p when it reaches the op, and writes *bytes_p and
-// *error_p as it passes it. A refused submission returns its error, and nothing queued before
-// the refusal touches the parameters.
-Error submit_stream_io(sys::IoKind kind, CUfileHandle_t fh, void* base, size_t* size_p,
-                       off_t* file_offset_p, off_t* buf_offset_p, ssize_t* bytes_p,
-                       Error* error_p, CUstream stream);
 
 // Frees the stream API's staging buffers (src/capi/stream.cpp); called when the driver closes.
 void release_stream_staging();

@@ -30,6 +30,7 @@
 #include <vector>
 
 #include "capi/capi.hpp"
+#include "capi/stream_op.hpp"
 #include "cuda/driver.hpp"
 #include "cuda/memory.hpp"
 #include "exec/runtime.hpp"
@@ -254,11 +255,12 @@ void run_host_op(void* arg) {
   store_result(r, op->bytes_p, op->error_p);
 }
 
-}  // namespace
-
-Error gpufile::capi::submit_stream_io(IoKind kind, CUfileHandle_t fh, void* base, size_t* size_p,
-                                      off_t* file_offset_p, off_t* buf_offset_p,
-                                      ssize_t* bytes_p, Error* error_p, CUstream stream) {
+// The op of cuFileReadAsync / cuFileWriteAsync; its failure is also stored whole in *error_p
+// (when not null) before *bytes_p receives its code. A refused op returns its error, and nothing
+// queued before the refusal touches the parameters.
+Error submit_stream_io(IoKind kind, CUfileHandle_t fh, void* base, size_t* size_p,
+                       off_t* file_offset_p, off_t* buf_offset_p, ssize_t* bytes_p,
+                       Error* error_p, CUstream stream) {
   if (size_p == nullptr || file_offset_p == nullptr || buf_offset_p == nullptr ||
       bytes_p == nullptr || base == nullptr)
     return Error::of(Errc::invalid_argument);
@@ -306,14 +308,12 @@ Error gpufile::capi::submit_stream_io(IoKind kind, CUfileHandle_t fh, void* base
   return enqueue(op, dst, s);
 }
 
-namespace {
-
 CUfileError_t submit_guarded(const char* what, IoKind kind, CUfileHandle_t fh, void* base,
                              size_t* size_p, off_t* file_offset_p, off_t* buf_offset_p,
                              ssize_t* bytes_p, CUstream stream) {
   return guarded(what, [&] {
-    Error e = gpufile::capi::submit_stream_io(kind, fh, base, size_p, file_offset_p,
-                                              buf_offset_p, bytes_p, nullptr, stream);
+    Error e = submit_stream_io(kind, fh, base, size_p, file_offset_p, buf_offset_p, bytes_p,
+                               nullptr, stream);
     // NVIDIA's library stores -EINVAL for a refused submission (spec §3.9).
     if (e && bytes_p != nullptr)
       *bytes_p = e.code == Errc::invalid_argument ? -EINVAL : gpufile::capi::negative_code(e);
@@ -324,6 +324,31 @@ CUfileError_t submit_guarded(const char* what, IoKind kind, CUfileHandle_t fh, v
 }  // namespace
 
 namespace gpufile::capi {
+
+Error StreamOp::start(IoKind kind, void* handle, void* buf, uint64_t size, int64_t file_offset,
+                      int64_t buf_offset, cuda::CUstream stream, std::unique_ptr<StreamOp>* out) {
+  std::unique_ptr<StreamOp> op(new StreamOp());
+  op->size_ = size;
+  op->file_offset_ = static_cast<off_t>(file_offset);
+  op->buf_offset_ = static_cast<off_t>(buf_offset);
+  op->ctx_ = std::make_unique<cuda::MemoryContext>(buf);
+  op->mark_ = std::make_unique<cuda::StreamMark>(op->ctx_->get());  // before anything is queued
+  cuda::ScopedContext scope(op->ctx_->get());
+  auto s = reinterpret_cast<CUstream>(stream);
+  if (Error e = submit_stream_io(kind, handle, buf, &op->size_, &op->file_offset_,
+                                 &op->buf_offset_, &op->bytes_, &op->error_, s))
+    return e;
+  if (cuda::CUresult r = op->mark_->record(stream); r != cuda::CUDA_SUCCESS)
+    return Error::cu(r);  // the mark waited for the stream
+  *out = std::move(op);
+  return Error::none();
+}
+
+IoResult StreamOp::result() const {
+  if (cuda::CUresult r = wait(); r != cuda::CUDA_SUCCESS) return {0, Error::cu(r)};
+  if (!error_.ok()) return {0, error_};
+  return {static_cast<uint64_t>(bytes_), Error::none()};
+}
 
 void release_stream_staging() {
   // Buffers of ops still queued are not in the pool; they come back to it when those ops finish.

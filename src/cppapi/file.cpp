@@ -7,12 +7,10 @@
 #include <optional>
 
 #include "api/file.hpp"
-#include "capi/capi.hpp"
+#include "capi/stream_op.hpp"
 #include "cppapi/access.hpp"
 #include "cppapi/future.hpp"
 #include "cppapi/raise.hpp"
-#include "cuda/memory.hpp"
-#include "cuda/stream_mark.hpp"
 
 namespace gpufile {
 
@@ -71,47 +69,38 @@ std::size_t Future::get() const {
 // ---- StreamFuture ------------------------------------------------------------------------------
 
 struct StreamFuture::Impl {
-  // The op's parameters: the stream reads and writes them when it gets to the op.
-  std::size_t size = 0;
-  off_t file_offset = 0;
-  off_t buf_offset = 0;
-  ssize_t bytes = 0;
-  Error error;
+  std::unique_ptr<capi::StreamOp> op;
   std::string path;
   sys::IoKind kind = sys::IoKind::read;
-  // The memory's context: the op was queued and its mark is kept there.
-  std::unique_ptr<cuda::MemoryContext> ctx;
-  // Last, so destroyed first: waits for the stream to pass the op before the rest goes.
-  std::unique_ptr<cuda::StreamMark> mark;
 
   static const Impl& of(const std::unique_ptr<Impl>& impl, const char* what) {
     if (!impl) cppapi::raise(errc::invalid_argument, std::string(what) + ": the StreamFuture holds no IO");
     return *impl;
   }
-  void wait(const char* what) const {
-    if (cuda::CUresult r = mark->wait(); r != cuda::CUDA_SUCCESS)
-      cppapi::raise(Error::cu(r), std::string(what) + ": waiting for the stream", path);
-  }
+  const char* what() const { return kind == sys::IoKind::read ? "read_async" : "write_async"; }
 };
 
 StreamFuture::StreamFuture() noexcept = default;
 StreamFuture::StreamFuture(std::unique_ptr<Impl> impl) noexcept : impl_(std::move(impl)) {}
-StreamFuture::~StreamFuture() = default;  // ~StreamMark waits for the stream
+StreamFuture::~StreamFuture() = default;  // ~StreamOp waits for the stream
 StreamFuture::StreamFuture(StreamFuture&& other) noexcept = default;
 StreamFuture& StreamFuture::operator=(StreamFuture&& other) noexcept = default;
 
 bool StreamFuture::valid() const noexcept { return impl_ != nullptr; }
 
-bool StreamFuture::done() const { return Impl::of(impl_, "StreamFuture::done").mark->passed(); }
+bool StreamFuture::done() const { return Impl::of(impl_, "StreamFuture::done").op->done(); }
 
-void StreamFuture::wait() const { Impl::of(impl_, "StreamFuture::wait").wait("StreamFuture::wait"); }
+void StreamFuture::wait() const {
+  const Impl& f = Impl::of(impl_, "StreamFuture::wait");
+  if (cuda::CUresult r = f.op->wait(); r != cuda::CUDA_SUCCESS)
+    cppapi::raise(Error::cu(r), "StreamFuture::wait: waiting for the stream", f.path);
+}
 
 std::size_t StreamFuture::get() const {
-  const Impl& op = Impl::of(impl_, "StreamFuture::get");
-  op.wait("StreamFuture::get");
-  if (!op.error.ok())
-    cppapi::raise(op.error, op.kind == sys::IoKind::read ? "read_async" : "write_async", op.path);
-  return static_cast<std::size_t>(op.bytes);
+  const Impl& f = Impl::of(impl_, "StreamFuture::get");
+  IoResult r = f.op->result();
+  if (!r.ok()) cppapi::raise(r.error, f.what(), f.path);
+  return r.bytes;
 }
 
 // ---- File ------------------------------------------------------------------------------------
@@ -228,24 +217,13 @@ StreamFuture File::start_on_stream(bool write, const void* buf, std::size_t size
   if (cuda::driver() == nullptr)
     cppapi::raise(Error::of(Errc::driver_not_open), std::string(what) + " needs a CUDA driver",
                   path());
-  auto op = std::make_unique<StreamFuture::Impl>();
-  op->size = size;
-  op->file_offset = static_cast<off_t>(file_offset);
-  op->buf_offset = static_cast<off_t>(checked_buf_offset(buf_offset));
-  op->path = path();
-  op->kind = kind;
-  // Queueing needs a context current (the legacy default stream, pinning the staging, the
-  // mark) and the calling thread may have none: the memory's, for the call.
-  op->ctx = std::make_unique<cuda::MemoryContext>(buf);
-  op->mark = std::make_unique<cuda::StreamMark>(op->ctx->get());  // made before anything is queued
-  cuda::ScopedContext scope(op->ctx->get());
-  if (Error e = capi::submit_stream_io(kind, handle(), const_cast<void*>(buf), &op->size,
-                                       &op->file_offset, &op->buf_offset, &op->bytes,
-                                       &op->error, stream))
+  auto f = std::make_unique<StreamFuture::Impl>();
+  f->path = path();
+  f->kind = kind;
+  if (Error e = capi::StreamOp::start(kind, handle(), const_cast<void*>(buf), size, file_offset,
+                                      checked_buf_offset(buf_offset), stream, &f->op))
     cppapi::raise(e, what, path());
-  if (cuda::CUresult r = op->mark->record(stream); r != cuda::CUDA_SUCCESS)
-    cppapi::raise(Error::cu(r), std::string(what) + ": marking the stream (waited for it)", path());
-  return StreamFuture(std::move(op));
+  return StreamFuture(std::move(f));
 }
 
 StreamFuture File::read_async(void* buf, std::size_t size, std::int64_t file_offset,

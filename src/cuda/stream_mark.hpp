@@ -1,7 +1,7 @@
 // A point on a CUDA stream: an event recorded behind work queued there, to learn when the
-// stream has passed that work. The bindings' stream IO (Python's StreamFuture, the C++ API's
-// gpufile::StreamFuture) keep one per IO: cuFile's stream API reads the IO's parameters when
-// the stream reaches it, so they must live until the mark is passed.
+// stream has passed that work. capi::StreamOp keeps one behind each stream op of gpufile's
+// bindings: cuFile's stream API reads the op's parameters when the stream reaches it, so they
+// must live until the mark is passed.
 #pragma once
 
 #include "cuda/driver.hpp"
