@@ -81,6 +81,8 @@ constexpr SizeKey kSizeKeys[] = {
      GPUFILE_FIELD(slab_size_kb), std::nullopt},
     {"gpufile.slabs_per_worker", "GPUFILE_SLABS_PER_WORKER", kNoParam, 1, 64, 1,
      GPUFILE_FIELD(slabs_per_worker), std::nullopt},
+    {"gpufile.cold_slabs_per_worker", "GPUFILE_COLD_SLABS_PER_WORKER", kNoParam, 0, 64, 1,
+     GPUFILE_FIELD(cold_slabs_per_worker), std::nullopt},
     {"gpufile.ring_depth", "GPUFILE_RING_DEPTH", kNoParam, 1, 4096, 1, GPUFILE_FIELD(ring_depth),
      std::nullopt},
     {"gpufile.small_io_kb", "GPUFILE_SMALL_IO_KB", kNoParam, 0, 1048576, 1,

@@ -6,6 +6,7 @@
 
 #include "core/align.hpp"
 #include "core/laps.hpp"
+#include "core/log.hpp"
 #include "cuda/memory.hpp"
 #include "sys/os.hpp"
 #include "exec/worker.hpp"
@@ -158,6 +159,7 @@ Executor::~Executor() {
   g.cv.notify_all();
   workers_.clear();  // their engines unregister the slabs from the kernel before the memory goes
   for (const cuda::PinnedBlock& b : staging_) cuda::free_pinned(b.base, b.bytes);
+  for (const cuda::PinnedBlock& b : cold_staging_) cuda::free_pinned(b.base, b.bytes);
 }
 
 Error Executor::start(std::vector<cuda::PinnedRequest>* also) {
@@ -222,6 +224,29 @@ Error Executor::start(std::vector<cuda::PinnedRequest>* also) {
   }
   start_costs_.threads_ms = laps.lap();
   return Error::none();
+}
+
+void Executor::deepen_for_cold(cuda::CUcontext ctx) {
+  if (cfg_.cold_slabs_per_worker <= cfg_.slabs_per_worker) return;
+  if (deepened_.exchange(true, std::memory_order_acq_rel)) return;
+  const unsigned more = cfg_.cold_slabs_per_worker - cfg_.slabs_per_worker;
+  std::vector<cuda::PinnedRequest> regions;
+  for (const auto& w : workers_) regions.push_back({more * cfg_.slab_bytes, w->staging_node_wanted()});
+  Laps laps;
+  Error e;
+  {
+    cuda::ScopedContext current(ctx);  // the registration needs a context; any will do (portable)
+    e = cuda::alloc_pinned_many(regions, &cold_staging_);
+  }
+  const double mib = static_cast<double>(more * cfg_.slab_bytes * workers_.size()) / (1 << 20);
+  if (e) {
+    GPUFILE_LOG(LogLevel::warn, "reads past the page cache keep %u slabs per worker: pinning %.0f MiB more failed: %s",
+                cfg_.slabs_per_worker, mib, describe(e).c_str());
+    return;
+  }
+  for (size_t i = 0; i < workers_.size(); ++i) workers_[i]->offer_slabs(static_cast<char*>(regions[i].out), more);
+  GPUFILE_LOG(LogLevel::info, "reads past the page cache: %u slabs per worker from now on (%.0f MiB more pinned in %.1f ms)",
+              cfg_.cold_slabs_per_worker, mib, laps.lap());
 }
 
 std::vector<WorkerPlace> Executor::places() const {

@@ -64,6 +64,9 @@ void forget_workers_after_fork();
 struct ExecutorConfig {
   unsigned workers = 4;
   unsigned slabs_per_worker = 4;
+  // The ring a worker grows to once long reads go past the page cache (Executor::
+  // deepen_for_cold); at most slabs_per_worker: it never grows.
+  unsigned cold_slabs_per_worker = 0;
   uint64_t slab_bytes = 4 << 20;
   uint64_t min_chunk_bytes = 256 << 10;  // a request is cut no finer than this (a 4 KiB multiple)
   unsigned ring_depth = 64;
@@ -134,6 +137,15 @@ class Executor {
   // most `room` slab bytes, looking at the first kPackScan listed jobs only.
   bool claim_packable(Chunk* out, cuda::CUcontext ctx, uint64_t max_len, uint64_t room);
   static constexpr unsigned kPackScan = 64;
+  // Worker side, once a worker has read kColdPiecesBeforeDeeper long pieces with O_DIRECT: gives
+  // every worker cold_slabs_per_worker slabs, pinned in one registration (on the calling thread,
+  // with `ctx` current), the first time any worker asks; later calls return at once. Reads past
+  // the page cache wait for the disk, which on the lent machines' virtual disks serves more
+  // with more reads in flight, while reads from the page cache gain nothing from a deeper ring
+  // and a first load would wait for its pinning (docs/performance.md, session 16): so the ring
+  // starts small and grows only when the disk is what reads wait for. A failure leaves the
+  // rings as they are (logged once).
+  void deepen_for_cold(cuda::CUcontext ctx);
   // Blocks until a job is listed or a fork is pending (true), or the executor stops with none
   // listed (false).
   bool wait_for_work();
@@ -191,6 +203,10 @@ class Executor {
   std::vector<std::unique_ptr<Worker>> workers_;
   std::vector<std::thread> threads_;
   std::vector<cuda::PinnedBlock> staging_;  // the workers' slabs are slices of these
+  // Set by the first deepen_for_cold; the blocks are written by that call alone and freed after
+  // the workers are joined.
+  std::atomic<bool> deepened_{false};
+  std::vector<cuda::PinnedBlock> cold_staging_;
 
   // Guarded by the fork gate's lock (executor.cpp).
   unsigned alive_ = 0;     // worker threads created and not yet joined

@@ -67,8 +67,9 @@ Error Worker::init(void* staging, int landed, std::string* why) {
   slabs_ = static_cast<char*>(staging);
   staging_node_ = landed;
   for (size_t i = 0; i < slots_.size(); ++i) slots_[i].slab = slabs_ + i * cfg_.slab_bytes;
-  const unsigned depth = std::max<unsigned>(
-      cfg_.ring_depth, static_cast<unsigned>(slots_.size()) * kMaxPack * kSegsPerPiece);
+  // Sized for the ring it may grow to (offer_slabs): a full ring never refuses an op.
+  const unsigned most_slots = std::max(cfg_.slabs_per_worker, cfg_.cold_slabs_per_worker);
+  const unsigned depth = std::max<unsigned>(cfg_.ring_depth, most_slots * kMaxPack * kSegsPerPiece);
   engine_ = io::make_engine(cfg_.engine, depth, why);
   if (!engine_) return Error::of(Errc::io_not_supported);
   iovec iov{slabs_, slabs_bytes_};
@@ -84,6 +85,7 @@ void Worker::run() {
     // Here the worker holds no lock and is in no call: where it parks while a fork is under way
     // (executor.hpp). One atomic load per turn.
     owner_.safe_point();
+    if (offered_.load(std::memory_order_relaxed) != nullptr) take_offered_slabs();
     bool progress = fill_free_slots();
     engine_->submit();
     progress |= reap(false) > 0;
@@ -97,6 +99,25 @@ void Worker::run() {
     if (wait_oldest_copy()) continue;
     if (!owner_.wait_for_work()) return;
   }
+}
+
+void Worker::offer_slabs(char* slabs, unsigned count) {
+  offered_count_ = count;
+  offered_.store(slabs, std::memory_order_release);
+}
+
+// Between two turns, where no reference into slots_ is held. The new slabs are not registered
+// with the engine (registering again would mean unregistering first, with IO in flight): their
+// IO goes without the fixed-buffer shortcut, which costs a read past the page cache nothing
+// measurable next to the disk it waits for. Their copy events are made as their first copies
+// are recorded (record_copy).
+void Worker::take_offered_slabs() {
+  char* slabs = offered_.exchange(nullptr, std::memory_order_acquire);
+  if (slabs == nullptr) return;
+  const size_t had = slots_.size();
+  slots_.resize(had + offered_count_);
+  copy_order_.resize(slots_.size(), 0);
+  for (size_t k = had; k < slots_.size(); ++k) slots_[k].slab = slabs + (k - had) * cfg_.slab_bytes;
 }
 
 // One new slot per turn of the loop: a page-cache read completes inside the submit that
@@ -149,7 +170,16 @@ void Worker::start(unsigned i, const Chunk& c) {
       add_piece(s, more, at);
     }
   }
-  if (s.count > 0) issue_all(i);
+  if (s.count == 0) return;
+  // Decided before the IO is issued: a piece may be done and its job gone once issue_all returns
+  // (the posix engine completes IO inside it).
+  const ChunkPlan& plan = s.pieces[0].plan;
+  const bool cold = s.count == 1 && is_read(job) && job.staged() && plan.count > 0 && plan.seg[0].direct &&
+                    c.len >= cfg_.slab_bytes / 2;
+  const cuda::CUcontext ctx = s.ctx;
+  issue_all(i);
+  // Asked once this piece's IO is in flight: the disk works while the deeper ring is pinned.
+  if (cold && ++cold_pieces_ == kColdPiecesBeforeDeeper) owner_.deepen_for_cold(ctx);
 }
 
 // Adds chunk `c` to the slot, its blocks at slab byte `at`. A piece of a canceled job is
@@ -367,6 +397,17 @@ Error Worker::start_copies_to_device(unsigned i) {
 
 Error Worker::record_copy(unsigned i, ContextRes& res) {
   const cuda::Driver* d = cuda::driver();
+  // Slots taken in after the context's resources were made get their events here (the
+  // context is current: the copy was just queued in it).
+  while (res.events.size() <= i) {
+    cuda::CUevent e = nullptr;
+    if (cuda::CUresult r = d->EventCreate(&e, cuda::CU_EVENT_DISABLE_TIMING); r != cuda::CUDA_SUCCESS) {
+      Executor::WaitOutside outside(owner_);
+      d->StreamSynchronize(res.stream);  // the queued copy reads the slab
+      return Error::cu(r);
+    }
+    res.events.push_back(e);
+  }
   if (cuda::CUresult r = d->EventRecord(res.events[i], res.stream); r != cuda::CUDA_SUCCESS) {
     // The copy may have been queued before EventRecord failed: let it drain before the slab
     // is reused.

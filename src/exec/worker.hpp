@@ -20,6 +20,10 @@ class Worker {
   // copy's fixed cost (several microseconds) is paid once per slab, not once per 4 KiB.
   static constexpr unsigned kMaxPack = 32;
   static constexpr uint64_t kPackBytes = 64 << 10;
+  // Long pieces (half a slab or more) a worker reads with O_DIRECT before it asks for the
+  // deeper ring of reads past the page cache (Executor::deepen_for_cold): 8 x 4 MiB, so that a
+  // short cold read never pins more.
+  static constexpr unsigned kColdPiecesBeforeDeeper = 8;
 
   // `group`: where it runs, where its slabs live, whose IO it takes first (placement.hpp).
   Worker(Executor& owner, const ExecutorConfig& cfg, const WorkerGroup& group);
@@ -41,6 +45,9 @@ class Worker {
   WorkerPlace place() const;
   // The worker's loop; returns when the executor stops and nothing is listed.
   void run();
+  // Any thread: `count` more slabs at `slabs` (pinned, the executor's), which the worker takes
+  // into its ring at the top of its next turn. Once per worker.
+  void offer_slabs(char* slabs, unsigned count);
 
  private:
   enum class Stage { free, copy_to_host, io, copy_to_device };
@@ -72,6 +79,7 @@ class Worker {
     std::vector<cuda::CUevent> events;
   };
 
+  void take_offered_slabs();
   bool fill_free_slots();
   bool claim_next(Chunk* out);
   void start(unsigned i, const Chunk& c);
@@ -108,6 +116,9 @@ class Worker {
   uint64_t slabs_bytes_ = 0;
   bool registered_ = false;
   std::vector<Slot> slots_;
+  std::atomic<char*> offered_{nullptr};  // offer_slabs' slabs, until taken
+  unsigned offered_count_ = 0;           // written before offered_ is published
+  unsigned cold_pieces_ = 0;             // long pieces read with O_DIRECT so far
   std::vector<ContextRes> contexts_;
   cuda::CUcontext current_ctx_ = nullptr;
   uint64_t copy_seq_ = 0;

@@ -65,6 +65,8 @@ FakeControls fake_controls() {
   c.set_async_delay_us =
       reinterpret_cast<decltype(c.set_async_delay_us)>(driver_symbol("fakecuda_set_async_delay_us"));
   c.call_count = reinterpret_cast<decltype(c.call_count)>(driver_symbol("fakecuda_call_count"));
+  c.live_registered_bytes = reinterpret_cast<decltype(c.live_registered_bytes)>(
+      driver_symbol("fakecuda_live_registered_bytes"));
   return c;
 }
 

@@ -54,6 +54,7 @@ struct FakeControls {
   void (*reset_faults)() = nullptr;
   void (*set_async_delay_us)(unsigned us) = nullptr;
   unsigned long long (*call_count)(const char* name) = nullptr;
+  size_t (*live_registered_bytes)() = nullptr;  // cuMemHostRegister'ed, not yet unregistered
 };
 FakeControls fake_controls();
 

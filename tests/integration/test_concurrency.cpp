@@ -2,6 +2,7 @@
 // with IO in flight (no crash, no hang; IO either completes correctly or fails cleanly).
 #include <cinttypes>
 #include <fstream>
+#include <functional>
 #include <initializer_list>
 #include <utility>
 
@@ -31,13 +32,21 @@ class Concurrency : public CapiTest {
     CapiTest::TearDown();
   }
   // A new session with these settings in the environment (unset again after the test).
+  // GPUFILE_ENGINE and GPUFILE_DIRECT_IO go through the session, which sets both at its open.
   void reopen_with(std::initializer_list<std::pair<const char*, const char*>> settings) {
     session_.reset();
+    EngineConfig engine{nullptr, nullptr};
     for (const auto& [name, value] : settings) {
-      ASSERT_EQ(setenv(name, value, 1), 0);
-      env_set_.emplace_back(name);
+      if (std::string(name) == "GPUFILE_ENGINE") {
+        engine.engine = value;
+      } else if (std::string(name) == "GPUFILE_DIRECT_IO") {
+        engine.direct_io = value;
+      } else {
+        ASSERT_EQ(setenv(name, value, 1), 0);
+        env_set_.emplace_back(name);
+      }
     }
-    session_ = std::make_unique<DriverSession>();
+    session_ = std::make_unique<DriverSession>(engine);
     ASSERT_TRUE(session_->ok()) << session_->error();
   }
   // A session whose cached reads are staged (page-cache DMA off): for the tests of who stages
@@ -444,6 +453,102 @@ TEST_F(Concurrency, OpeningPinsItsStagingInOneRegistration) {
   ASSERT_EQ(cuFileRead(h.get(), buf->ptr(), 8 * MiB, 0, 0), static_cast<ssize_t>(8 * MiB));
   EXPECT_EQ(first_mismatch(buf->read_back(0, 8 * MiB).data(), shadow_.data(), 8 * MiB), "");
   EXPECT_EQ(fake.call_count("cuMemHostRegister_v2"), opened) << "a first read pinned staging";
+}
+
+// ---- the ring of reads past the page cache (exec/executor.hpp, deepen_for_cold) -------------
+//
+// A worker's ring of staging slabs grows from gpufile.slabs_per_worker to
+// gpufile.cold_slabs_per_worker once it has read kColdPiecesBeforeDeeper long pieces with
+// O_DIRECT: every worker's new slabs pinned in one registration, once per session. Here: 2
+// workers, rings of 2 slabs of 256 KiB, growing to `cold` slabs; page-cache DMA off (its windows
+// are registrations too), one NUMA node's mapping.
+class ColdRing : public Concurrency {
+ protected:
+  static constexpr uint64_t kSlab = 256 * KiB;
+  void SetUp() override {
+    Concurrency::SetUp();
+    if (IsSkipped() || HasFatalFailure()) return;
+    if (!has_driver()) GTEST_SKIP() << "the rings stage reads into GPU memory";
+    fake_ = fake_controls();
+    if (!fake_.call_count || !fake_.live_registered_bytes || !fake_.fail_call)
+      GTEST_SKIP() << "needs the test double's counts";
+    if (!direct_io_works(dir_.path())) GTEST_SKIP() << "O_DIRECT refused here: no read goes past the page cache";
+    session_.reset();
+    registered_without_session_ = fake_.live_registered_bytes();
+  }
+  void open(const char* direct_io, const char* cold) {
+    reopen_with({{"GPUFILE_NUMA_PLACEMENT", "off"}, {"GPUFILE_PAGECACHE_DMA_MB", "0"},
+                 {"GPUFILE_DIRECT_IO", direct_io}, {"GPUFILE_WORKERS", "2"},
+                 {"GPUFILE_SLABS_PER_WORKER", "2"}, {"GPUFILE_SLAB_SIZE_KB", "256"},
+                 {"GPUFILE_COLD_SLABS_PER_WORKER", cold}});
+  }
+  unsigned long long registrations() const { return fake_.call_count("cuMemHostRegister_v2"); }
+  // Reads the whole file into device memory `rounds` times, or until `enough()`, every byte
+  // checked; returns the rounds read.
+  int read_file(int rounds, const std::function<bool()>& enough = [] { return false; }) {
+    Handle h(path_, O_RDONLY);
+    EXPECT_TRUE(h.ok());
+    std::string why;
+    auto buf = Buffer::make(Mem::device, kFileSize, &why);
+    EXPECT_TRUE(buf) << why;
+    if (!h.ok() || !buf) return 0;
+    for (int round = 1; round <= rounds; ++round) {
+      EXPECT_EQ(cuFileRead(h.get(), buf->ptr(), kFileSize, 0, 0), static_cast<ssize_t>(kFileSize));
+      EXPECT_EQ(first_mismatch(buf->read_back(0, kFileSize).data(), shadow_.data(), kFileSize), "")
+          << "round " << round;
+      if (enough()) return round;
+    }
+    return rounds;
+  }
+  FakeControls fake_;
+  size_t registered_without_session_ = 0;
+};
+
+TEST_F(ColdRing, LongDirectReadsGrowEveryRingOnceInOneRegistration) {
+  open("always", "4");
+  const unsigned long long opened = registrations();
+  const size_t before = fake_.live_registered_bytes();
+  const unsigned long long events = fake_.call_count("cuEventCreate");
+  read_file(8, [&] { return registrations() > opened; });
+  EXPECT_EQ(registrations() - opened, 1u) << "the rings did not grow";
+  EXPECT_EQ(fake_.live_registered_bytes() - before, 2 * 2 * kSlab) << "2 workers x 2 more slabs";
+  read_file(2);
+  EXPECT_EQ(registrations() - opened, 1u) << "the rings grew again";
+  // A worker makes a copy event per slot it copies from (4 for the two workers' first rings):
+  // more means that the new slabs carried reads.
+  EXPECT_GT(fake_.call_count("cuEventCreate") - events, 2u * 2u) << "no worker read into its new slabs";
+  session_.reset();
+  EXPECT_EQ(fake_.live_registered_bytes(), registered_without_session_) << "the grown rings leaked";
+}
+
+TEST_F(ColdRing, ReadsThroughThePageCacheNeverGrowTheRings) {
+  open("never", "4");
+  const unsigned long long opened = registrations();
+  read_file(4);
+  EXPECT_EQ(registrations(), opened);
+}
+
+TEST_F(ColdRing, AColdRingNoDeeperThanTheRingNeverGrows) {
+  open("always", "2");
+  const unsigned long long opened = registrations();
+  read_file(4);
+  EXPECT_EQ(registrations(), opened);
+}
+
+// Pinning the deeper rings fails: the reads go on with the rings they have, every byte right,
+// nothing is left registered, and the session does not try again.
+TEST_F(ColdRing, ARingThatCannotGrowKeepsReading) {
+  open("always", "4");
+  AtExit reset([&] { fake_.reset_faults(); });
+  const unsigned long long opened = registrations();
+  const size_t before = fake_.live_registered_bytes();
+  ASSERT_EQ(fake_.fail_call("cuMemHostRegister", 1, gpufile::cuda::CUDA_ERROR_OUT_OF_MEMORY), 0);
+  read_file(8, [&] { return registrations() > opened; });
+  ASSERT_EQ(registrations() - opened, 1u) << "the rings never tried to grow";
+  fake_.reset_faults();
+  read_file(2);
+  EXPECT_EQ(registrations() - opened, 1u) << "a failed growth was tried again";
+  EXPECT_EQ(fake_.live_registered_bytes(), before);
 }
 
 // Who runs what (src/route/route.hpp, plan_threads), seen through the counters of bytes moved

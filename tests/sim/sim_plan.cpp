@@ -61,6 +61,9 @@ SessionConfig draw_session(Rng& r, bool uring_refused) {
   c.slabs_per_worker = static_cast<int>(r.between(1, 3));
   static const int rings[] = {1, 2, 8, 64};
   c.ring_depth = r.pick(rings);
+  // Rings that grow once long reads go direct (0: they never do).
+  static const int cold[] = {0, 3, 6};
+  c.cold_slabs_per_worker = r.pick(cold);
   return c;
 }
 
