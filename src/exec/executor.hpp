@@ -3,7 +3,9 @@
 // Each worker owns an IO engine (its own io_uring ring), a ring of k pinned staging slabs
 // registered with that engine as fixed buffers, and one CUDA stream per context it serves. A
 // worker keeps up to k pieces in flight, so the kernel reads piece i+1 while the GPU copies
-// piece i out of the slab before it and slab i-1 is recycled.
+// piece i out of the slab before it and slab i-1 is recycled. Once long reads go past the page
+// cache, every ring grows to cold_slabs_per_worker slabs (deepen_for_cold), unregistered with the
+// engine: a disk serves more with more reads in flight, the page cache does not.
 //
 // There is no queue of pieces. A job is cut once (Job::split) and its pieces are claimed from
 // a cursor in the job itself, by any thread: the caller's own (exec/caller.hpp) and, when the
