@@ -39,6 +39,11 @@ SimBuffer::SimBuffer(MemKind kind, size_t size, size_t misalign, uint64_t fill_s
     : kind_(kind), size_(size), misalign_(misalign) {
   total_ = kGuard + misalign + size + kGuard;
   const cu::Driver* d = cu::driver();
+  if (d == nullptr && kind != MemKind::pageable) {
+    *why = std::string("cannot allocate ") + mem_name(kind) +
+           " memory: no CUDA driver loaded (GPUFILE_CUDA_LIBRARY names the test double)";
+    return;
+  }
   cu::CUresult r = cu::CUDA_SUCCESS;
   switch (kind) {
     case MemKind::device: {
