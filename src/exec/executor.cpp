@@ -244,7 +244,7 @@ void Executor::deepen_for_cold(cuda::CUcontext ctx) {
                 cfg_.slabs_per_worker, mib, describe(e).c_str());
     return;
   }
-  for (size_t i = 0; i < workers_.size(); ++i) workers_[i]->offer_slabs(static_cast<char*>(regions[i].out), more);
+  for (size_t i = 0; i < workers_.size(); ++i) workers_[i]->offer_slabs(static_cast<char*>(regions[i].out));
   GPUFILE_LOG(LogLevel::info, "reads past the page cache: %u slabs per worker from now on (%.0f MiB more pinned in %.1f ms)",
               cfg_.cold_slabs_per_worker, mib, laps.lap());
 }

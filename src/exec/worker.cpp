@@ -101,10 +101,7 @@ void Worker::run() {
   }
 }
 
-void Worker::offer_slabs(char* slabs, unsigned count) {
-  offered_count_ = count;
-  offered_.store(slabs, std::memory_order_release);
-}
+void Worker::offer_slabs(char* slabs) { offered_.store(slabs, std::memory_order_release); }
 
 // Between two turns, where no reference into slots_ is held. The new slabs are not registered
 // with the engine (registering again would mean unregistering first, with IO in flight): their
@@ -115,7 +112,7 @@ void Worker::take_offered_slabs() {
   char* slabs = offered_.exchange(nullptr, std::memory_order_acquire);
   if (slabs == nullptr) return;
   const size_t had = slots_.size();
-  slots_.resize(had + offered_count_);
+  slots_.resize(cfg_.cold_slabs_per_worker);  // offered only when that is deeper
   copy_order_.resize(slots_.size(), 0);
   for (size_t k = had; k < slots_.size(); ++k) slots_[k].slab = slabs + (k - had) * cfg_.slab_bytes;
 }
@@ -318,15 +315,8 @@ Worker::ContextRes* Worker::context_res(cuda::CUcontext ctx, Error* err) {
   // Non-blocking: a stream op of cuFileReadAsync on the legacy default stream waits for this
   // worker's copies, so they must not wait for the legacy stream as a whole. A synchronous
   // call's copies wait for what was queued there before the call (Job::after) instead.
-  cuda::CUresult r = d->StreamCreate(&res.stream, cuda::CU_STREAM_NON_BLOCKING);
-  for (size_t k = 0; r == cuda::CUDA_SUCCESS && k < slots_.size(); ++k) {
-    cuda::CUevent e = nullptr;
-    r = d->EventCreate(&e, cuda::CU_EVENT_DISABLE_TIMING);
-    if (r == cuda::CUDA_SUCCESS) res.events.push_back(e);
-  }
-  if (r != cuda::CUDA_SUCCESS) {
-    for (cuda::CUevent e : res.events) d->EventDestroy(e);
-    if (res.stream) d->StreamDestroy(res.stream);
+  // Its copy events are made as each slot's first copy is recorded (record_copy).
+  if (cuda::CUresult r = d->StreamCreate(&res.stream, cuda::CU_STREAM_NON_BLOCKING); r != cuda::CUDA_SUCCESS) {
     *err = Error::cu(r);
     return nullptr;
   }
@@ -397,8 +387,8 @@ Error Worker::start_copies_to_device(unsigned i) {
 
 Error Worker::record_copy(unsigned i, ContextRes& res) {
   const cuda::Driver* d = cuda::driver();
-  // Slots taken in after the context's resources were made get their events here (the
-  // context is current: the copy was just queued in it).
+  // A slot's event in this context is made at its first copy here (the context is current: the
+  // copy was just queued in it), for the slots of the first ring and those taken in later alike.
   while (res.events.size() <= i) {
     cuda::CUevent e = nullptr;
     if (cuda::CUresult r = d->EventCreate(&e, cuda::CU_EVENT_DISABLE_TIMING); r != cuda::CUDA_SUCCESS) {

@@ -45,9 +45,10 @@ class Worker {
   WorkerPlace place() const;
   // The worker's loop; returns when the executor stops and nothing is listed.
   void run();
-  // Any thread: `count` more slabs at `slabs` (pinned, the executor's), which the worker takes
-  // into its ring at the top of its next turn. Once per worker.
-  void offer_slabs(char* slabs, unsigned count);
+  // Any thread: the slabs that take the ring from slabs_per_worker to cold_slabs_per_worker, at
+  // `slabs` (pinned, the executor's), which the worker takes in at the top of its next turn.
+  // Once per worker.
+  void offer_slabs(char* slabs);
 
  private:
   enum class Stage { free, copy_to_host, io, copy_to_device };
@@ -72,7 +73,7 @@ class Worker {
     cuda::CUcontext ctx = nullptr;
   };
 
-  // CUDA resources of one context: a stream and an event per slot.
+  // CUDA resources of one context: a stream, and an event per slot that has copied in it.
   struct ContextRes {
     cuda::CUcontext ctx = nullptr;
     cuda::CUstream stream = nullptr;
@@ -117,7 +118,6 @@ class Worker {
   bool registered_ = false;
   std::vector<Slot> slots_;
   std::atomic<char*> offered_{nullptr};  // offer_slabs' slabs, until taken
-  unsigned offered_count_ = 0;           // written before offered_ is published
   unsigned cold_pieces_ = 0;             // long pieces read with O_DIRECT so far
   std::vector<ContextRes> contexts_;
   cuda::CUcontext current_ctx_ = nullptr;
