@@ -54,11 +54,11 @@ Error build_entries(const CUfileIOParams_t* params, unsigned nr, std::vector<Bat
 Error submit(CUfileBatchHandle_t batch_idp, unsigned nr, CUfileIOParams_t* iocbp) {
   const uint64_t t0 = stats::call_started();
   auto batch = batches::find(batch_idp);
-  if (!batch || iocbp == nullptr || nr == 0) return Error::of(Errc::invalid_argument);
-  // NVIDIA's library answers an oversized or unusable submission with
-  // CU_FILE_INTERNAL_BATCH_SUBMIT_ERROR.
+  if (!batch) return Error::of(Errc::invalid_argument);
+  // NVIDIA's library answers an empty, oversized or unusable submission with
+  // CU_FILE_INTERNAL_BATCH_SUBMIT_ERROR (tests/conformance, section batch).
   const Error refused = Error::of(Errc::batch_refused);
-  if (nr > batch->capacity()) return refused;
+  if (iocbp == nullptr || nr == 0 || nr > batch->capacity()) return refused;
   std::vector<Batch::Entry> entries;
   uint64_t rd = 0, wr = 0;
   Error e = build_entries(iocbp, nr, &entries, &rd, &wr);

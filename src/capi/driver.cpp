@@ -1,9 +1,11 @@
 // cuFile driver lifetime and properties.
+#include <cstdint>
 #include <cstdio>
 #include <functional>
 #include <string>
 
 #include "capi/capi.hpp"
+#include "core/config.hpp"
 #include "cuda/driver.hpp"
 #include "cuda/nvml.hpp"
 #include "exec/driver_state.hpp"
@@ -16,6 +18,7 @@ using gpufile::Error;
 using gpufile::Runtime;
 using gpufile::Settings;
 using gpufile::capi::guarded;
+using gpufile::config::SizeParam;
 
 namespace {
 
@@ -68,9 +71,52 @@ Error bar1_size_kb(int gpu, size_t* kb) {
   return Error::none();
 }
 
-// Runs fn on the open session's settings: the property calls need an open driver.
-Error on_open_settings(const std::function<void(Settings&)>& fn) {
-  return gpufile::with_open_settings(fn) ? Error::none() : Error::of(Errc::driver_not_open);
+// The properties an open driver would report now: the open session's settings, or, while
+// closed, what the next open will use (cufile.json, environment, staged values). NVIDIA's
+// library answers before open too (it opens itself to do so; gpufile need not).
+Settings current_settings() {
+  Settings settings;
+  if (!gpufile::with_open_settings([&](Settings& s) { settings = s; }))
+    settings = gpufile::config::resolve().settings;
+  return settings;
+}
+
+// The cuFileDriverSet* calls. NVIDIA's header: "This takes place before the driver is opened.
+// No-op if driver is already open." Before open gpufile stages the value for the next open, as
+// cuFileSetParameter* does; once open it changes nothing and reports success, as NVIDIA's
+// library does. A value outside the setting's range is refused in either state with
+// CU_FILE_DRIVER_UNSUPPORTED_LIMIT, NVIDIA's answer (tests/conformance).
+template <typename Stage>
+CUfileError_t set_before_open(const char* where, CUfileError_t check, Stage stage) noexcept {
+  return gpufile::capi::catch_all(where, [&] {
+    if (check.err != CU_FILE_SUCCESS) return check;
+    if (!gpufile::driver_is_open()) stage();
+    return check;
+  });
+}
+
+CUfileError_t limit_unless(bool in_range) {
+  CUfileError_t r{};
+  if (!in_range) r.err = CU_FILE_DRIVER_UNSUPPORTED_LIMIT;
+  return r;
+}
+
+// The setters' ranges, as NVIDIA's library answers them (tests/conformance, setter ranges):
+// the poll threshold in whole pages; the direct IO size in whole pages within the parameter's
+// range (64-16384 KiB); the cache and pinned sizes 0 or at least 64 KiB.
+bool whole_pages_kb(size_t kb) { return kb != 0 && kb % 4 == 0; }
+
+bool direct_io_size_in_range(size_t kb) {
+  const auto range = gpufile::config::size_range(SizeParam::max_direct_io_size_kb);
+  return whole_pages_kb(kb) && range && kb >= range->min && kb <= range->max;
+}
+
+// A size in KiB too large to count in bytes is an invalid value, not a limit.
+CUfileError_t memory_size_error(size_t kb) {
+  CUfileError_t r{};
+  if (kb > SIZE_MAX / 1024) r.err = CU_FILE_INVALID_VALUE;
+  else if (kb != 0 && kb < 64) r.err = CU_FILE_DRIVER_UNSUPPORTED_LIMIT;
+  return r;
 }
 
 }  // namespace
@@ -96,37 +142,33 @@ long cuFileUseCount(void) { return Runtime::instance().use_count(); }
 CUfileError_t cuFileDriverGetProperties(CUfileDrvProps_t* props) {
   return guarded(__func__, [&] {
     if (props == nullptr) return Error::of(Errc::invalid_argument);
-    *props = CUfileDrvProps_t{};
-    return on_open_settings([&](Settings& s) { fill_properties(s, props); });
+    fill_properties(current_settings(), props);
+    return Error::none();
   });
 }
 
 CUfileError_t cuFileDriverSetPollMode(bool poll, size_t poll_threshold_size) {
-  return guarded(__func__, [&] {
-    return on_open_settings([&](Settings& s) {
-      s.use_poll_mode = poll;
-      s.poll_mode_max_size_kb = poll_threshold_size;
-    });
+  return set_before_open(__func__, limit_unless(whole_pages_kb(poll_threshold_size)), [&] {
+    gpufile::config::stage_bool(gpufile::config::BoolParam::use_poll_mode, poll);
+    gpufile::config::stage_size(SizeParam::poll_threshold_size_kb, poll_threshold_size);
   });
 }
 
 CUfileError_t cuFileDriverSetMaxDirectIOSize(size_t max_direct_io_size) {
-  return guarded(__func__, [&] {
-    if (max_direct_io_size == 0) return Error::of(Errc::invalid_argument);
-    return on_open_settings([&](Settings& s) { s.max_direct_io_size_kb = max_direct_io_size; });
+  return set_before_open(__func__, limit_unless(direct_io_size_in_range(max_direct_io_size)), [&] {
+    gpufile::config::stage_size(SizeParam::max_direct_io_size_kb, max_direct_io_size);
   });
 }
 
 CUfileError_t cuFileDriverSetMaxCacheSize(size_t max_cache_size) {
-  return guarded(__func__, [&] {
-    return on_open_settings([&](Settings& s) { s.max_device_cache_size_kb = max_cache_size; });
+  return set_before_open(__func__, memory_size_error(max_cache_size), [&] {
+    gpufile::config::stage_size(SizeParam::max_device_cache_size_kb, max_cache_size);
   });
 }
 
 CUfileError_t cuFileDriverSetMaxPinnedMemSize(size_t max_pinned_size) {
-  return guarded(__func__, [&] {
-    return on_open_settings(
-        [&](Settings& s) { s.max_device_pinned_mem_size_kb = max_pinned_size; });
+  return set_before_open(__func__, memory_size_error(max_pinned_size), [&] {
+    gpufile::config::stage_size(SizeParam::max_device_pinned_mem_size_kb, max_pinned_size);
   });
 }
 
@@ -140,8 +182,8 @@ CUfileError_t cuFileGetVersion(int* version) {
 
 CUfileError_t cuFileGetBARSizeInKB(int gpuIndex, size_t* barSize) {
   return guarded(__func__, [&] {
+    // Answered before open too, as NVIDIA's library does: only the CUDA driver is needed.
     if (barSize == nullptr) return Error::of(Errc::invalid_argument);
-    if (!Runtime::instance().is_open()) return Error::of(Errc::driver_not_open);
     return bar1_size_kb(gpuIndex, barSize);
   });
 }

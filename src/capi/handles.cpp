@@ -15,9 +15,7 @@ Error register_handle(CUfileHandle_t* fh, const CUfileDescr_t* descr) {
   if (fh == nullptr || descr == nullptr) return Error::of(Errc::invalid_argument);
   switch (descr->type) {
     case CU_FILE_HANDLE_TYPE_OPAQUE_FD: break;
-    case CU_FILE_HANDLE_TYPE_OPAQUE_WIN32:
-    case CU_FILE_HANDLE_TYPE_USERSPACE_FS: return Error::of(Errc::io_not_supported);
-    default: return Error::of(Errc::invalid_argument);
+    default: return Error::of(Errc::io_not_supported);  // WIN32, USERSPACE_FS, unknown: as NVIDIA
   }
   return Runtime::instance().register_file(descr->handle.fd, fh);
 }

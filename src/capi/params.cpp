@@ -124,6 +124,10 @@ GPUFILE_EXPORT CUfileError_t cuFileGetParameterString(CUFileStringConfigParamete
     const std::string v = current<std::string>(
         [&](const Settings& s) { return config::string_value(s, p); },
         [&] { return config::staged_string(p); });
+    // NVIDIA's library refuses the log file's path while none is set (it is the environment's
+    // CUFILE_LOGFILE_PATH), open or not (tests/conformance/expected/nvidia.txt).
+    if (p == config::StringParam::env_logfile_path && v.empty())
+      return result_of(CU_FILE_INVALID_VALUE);
     if (v.size() >= static_cast<size_t>(len)) {
       GPUFILE_LOG(LogLevel::error, "%s: value needs %zu bytes, buffer has %d", __func__,
                   v.size() + 1, len);

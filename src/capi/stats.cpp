@@ -141,10 +141,11 @@ CUfileError_t when_open(const char* where, Fn&& fn) noexcept {
   });
 }
 
-// The L1/L2/L3 getters: a non-null struct and at least that level enabled.
+// The L1/L2/L3 getters: an open driver, a non-null struct and at least that level enabled.
 template <typename T, typename Fill>
 CUfileError_t get_stats(const char* where, T* out, int level, Fill fill) noexcept {
   return catch_all(where, [&] {
+    if (!driver_is_open()) return result_of(CU_FILE_DRIVER_NOT_INITIALIZED);
     if (!out || stats::level() < level) return result_of(CU_FILE_INVALID_VALUE);
     const stats::Snapshot s = stats::snapshot();
     fill(s, *out);

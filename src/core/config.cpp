@@ -63,16 +63,16 @@ constexpr SizeKey kSizeKeys[] = {
     {"properties.max_device_cache_size_kb", nullptr, sp(SizeParam::max_device_cache_size_kb), 0,
      kBarDependentMaxKb, 1, GPUFILE_FIELD(max_device_cache_size_kb), 0},
     {"properties.per_buffer_cache_size_kb", nullptr, sp(SizeParam::per_buffer_cache_size_kb), 64,
-     16384, 1, GPUFILE_FIELD(per_buffer_cache_size_kb), std::nullopt},
+     16384, 1, GPUFILE_FIELD(per_buffer_cache_size_kb), 0},
     {"properties.max_device_pinned_mem_size_kb", nullptr,
      sp(SizeParam::max_device_pinned_mem_size_kb), 64, kBarDependentMaxKb, 1,
-     GPUFILE_FIELD(max_device_pinned_mem_size_kb), std::nullopt},
+     GPUFILE_FIELD(max_device_pinned_mem_size_kb), 0},
     {"properties.io_batchsize", nullptr, sp(SizeParam::io_batchsize), 1, 256, 1,
-     GPUFILE_FIELD(io_batchsize), std::nullopt},
+     GPUFILE_FIELD(io_batchsize), 0},
     {"properties.poll_mode_max_size_kb", nullptr, sp(SizeParam::poll_threshold_size_kb), 4,
-     kPollThresholdMaxKb, 1, GPUFILE_FIELD(poll_mode_max_size_kb), std::nullopt},
+     kPollThresholdMaxKb, 1, GPUFILE_FIELD(poll_mode_max_size_kb), 0},
     {"properties.max_batch_io_timeout_msecs", nullptr, sp(SizeParam::batch_io_timeout_ms), 1, 1000,
-     1, GPUFILE_FIELD(batch_io_timeout_ms), std::nullopt},
+     1, GPUFILE_FIELD(batch_io_timeout_ms), 0},
     // gpufile's own.
     {"gpufile.workers", "GPUFILE_WORKERS", kNoParam, 0, 256, 1, GPUFILE_FIELD(workers),
      std::nullopt},
@@ -600,11 +600,12 @@ size_t staged_size(SizeParam p) {
   return k->before_open ? *k->before_open : k->get(Settings{});
 }
 
+// Unstaged, every flag reads false before open, the defaults that are true included (NVIDIA's
+// library, tests/conformance/expected/nvidia.txt).
 bool staged_bool(BoolParam p) {
   if (!is_known(p)) return false;
   Staged st = copy_staged();
-  if (auto v = st.bools[static_cast<size_t>(p)]) return *v;
-  return Settings{}.*kBoolKeys[static_cast<size_t>(p)].field;
+  return st.bools[static_cast<size_t>(p)].value_or(false);
 }
 
 std::string staged_string(StringParam p) {
@@ -615,7 +616,7 @@ std::string staged_string(StringParam p) {
   switch (p) {
     case StringParam::logging_level:
       if (const char* v = env("CUFILE_LOGGING_LEVEL")) return v;
-      return log::level_name(Settings{}.log_level);
+      return {};
     case StringParam::env_logfile_path:
       if (const char* v = env("CUFILE_LOGFILE_PATH")) return v;
       return {};
@@ -624,10 +625,10 @@ std::string staged_string(StringParam p) {
   }
 }
 
+// Unstaged, the pool has no slabs before open (so every length is refused, as in cuFile).
 PosixPool staged_posix_pool() {
   Staged st = copy_staged();
-  if (st.pool) return *st.pool;
-  return posix_pool_value(Settings{});
+  return st.pool.value_or(PosixPool{});
 }
 
 size_t size_value(const Settings& s, SizeParam p) {

@@ -119,8 +119,10 @@ std::string settings_json(const Settings& s);
 // string when staged, else the reason it was refused (unknown key, wrong type, out of range).
 std::string stage_json(std::string_view key, std::string_view value_json);
 
-// What a closed driver reports: the staged value, or cuFile's observed value for an unstaged
-// parameter (which is 0 for a few sizes whose runtime default differs; spec §3.4).
+// What a closed driver reports: the staged value, or NVIDIA's observed value for an unstaged
+// parameter (tests/conformance/expected/nvidia.txt): 0 for several sizes whose runtime default
+// differs, false for every flag, the environment's value or "" for the log strings, a pool of
+// no slabs.
 size_t staged_size(SizeParam p);
 bool staged_bool(BoolParam p);
 std::string staged_string(StringParam p);

@@ -195,11 +195,11 @@ Error Runtime::prepare(sys::IoKind kind, void* handle, const void* base, uint64_
   std::shared_ptr<Session> s;
   {
     std::lock_guard lock(mu_);
-    // With base_mem the caller may be a thread that must not call CUDA: never open implicitly.
-    if (!session_ && base_mem == nullptr) {
-      if (Error e = open_locked()) return e;
-      ++use_count_;
-    }
+    // Handles live in the session: without one no handle is registered, so the call can only
+    // fail, and it does so without opening the driver on the way (NVIDIA's library does not
+    // either: tests/conformance, section handles). Stream ops (base_mem) say the driver is closed.
+    if (!session_ && base_mem == nullptr)
+      return handle == nullptr ? Error::sys(EINVAL) : Error::of(Errc::handle_not_registered);
     if (!session_) return Error::of(Errc::driver_not_open);
     s = session_;
     s->inflight.fetch_add(1, std::memory_order_relaxed);

@@ -401,24 +401,20 @@ TEST_F(Lifecycle, UseCount) {
   EXPECT_EQ(cuFileUseCount(), 0);
 }
 
-// Properties after open carry the observed defaults [P]; before open, an error and zeros.
+// Properties carry the observed defaults [P], before open too (NVIDIA's library answers then:
+// tests/conformance, section props-before-open), without opening the driver.
 TEST_F(Lifecycle, DriverPropertiesBeforeAndAfterOpen) {
   CUfileDrvProps_t p;
-  std::memset(&p, 0xff, sizeof p);
-  CUfileError_t st = cuFileDriverGetProperties(&p);
-  if (st.err == CU_FILE_SUCCESS) {
-    ADD_FAILURE() << "cuFileDriverGetProperties succeeded on a closed driver";
-  } else {
-    EXPECT_EQ(st.err, CU_FILE_DRIVER_NOT_INITIALIZED);
-    CUfileDrvProps_t zero{};
-    EXPECT_EQ(std::memcmp(&p, &zero, sizeof p), 0) << "fields must read 0 when not open [P]";
-  }
+  CUfileDrvProps_t closed;
+  std::memset(&closed, 0xff, sizeof closed);
+  ASSERT_EQ(cuFileDriverGetProperties(&closed).err, CU_FILE_SUCCESS);
   EXPECT_EQ(cuFileUseCount(), 0);
   EXPECT_EQ(cuFileDriverGetProperties(nullptr).err, CU_FILE_INVALID_VALUE);
 
   ASSERT_EQ(cuFileDriverOpen().err, CU_FILE_SUCCESS);
   std::memset(&p, 0xff, sizeof p);
   ASSERT_EQ(cuFileDriverGetProperties(&p).err, CU_FILE_SUCCESS);
+  EXPECT_EQ(std::memcmp(&p, &closed, sizeof p), 0) << "the closed driver told what the open uses";
   EXPECT_EQ(p.nvfs.major_version, 0u) << "no nvidia-fs";
   EXPECT_EQ(p.nvfs.minor_version, 0u);
   EXPECT_EQ(p.nvfs.poll_thresh_size, 4u);
@@ -430,6 +426,48 @@ TEST_F(Lifecycle, DriverPropertiesBeforeAndAfterOpen) {
   EXPECT_EQ(p.max_device_pinned_mem_size, 33554432u);
   EXPECT_EQ(p.max_batch_io_size, 128u);
   EXPECT_EQ(p.max_batch_io_timeout_msecs, 5u);
+  EXPECT_EQ(cuFileDriverClose().err, CU_FILE_SUCCESS);
+}
+
+// The driver setters (NVIDIA's header: "This takes place before the driver is opened. No-op if
+// driver is already open."): before open staged for the open, after it success and no change,
+// out of range refused in both states (tests/conformance, sections setters-*).
+TEST_F(Lifecycle, DriverSettersTakeEffectAtOpenAndAreNoOpsWhenOpen) {
+  EXPECT_EQ(cuFileDriverSetMaxDirectIOSize(1024).err, CU_FILE_SUCCESS);
+  EXPECT_EQ(cuFileDriverSetMaxCacheSize(2048).err, CU_FILE_SUCCESS);
+  EXPECT_EQ(cuFileDriverSetMaxPinnedMemSize(131072).err, CU_FILE_SUCCESS);
+  EXPECT_EQ(cuFileDriverSetPollMode(true, 8).err, CU_FILE_SUCCESS);
+  EXPECT_EQ(cuFileDriverSetMaxDirectIOSize(0).err, CU_FILE_DRIVER_UNSUPPORTED_LIMIT);
+  EXPECT_EQ(cuFileDriverSetMaxDirectIOSize(3).err, CU_FILE_DRIVER_UNSUPPORTED_LIMIT);
+  EXPECT_EQ(cuFileDriverSetPollMode(true, 3).err, CU_FILE_DRIVER_UNSUPPORTED_LIMIT);
+  EXPECT_EQ(cuFileUseCount(), 0) << "a setter must not open the driver";
+  CUfileDrvProps_t p{};
+  ASSERT_EQ(cuFileDriverGetProperties(&p).err, CU_FILE_SUCCESS);
+  EXPECT_EQ(p.nvfs.max_direct_io_size, 1024u) << "staged values show before open";
+
+  ASSERT_EQ(cuFileDriverOpen().err, CU_FILE_SUCCESS);
+  p = CUfileDrvProps_t{};
+  ASSERT_EQ(cuFileDriverGetProperties(&p).err, CU_FILE_SUCCESS);
+  EXPECT_EQ(p.nvfs.max_direct_io_size, 1024u);
+  EXPECT_EQ(p.max_device_cache_size, 2048u);
+  EXPECT_EQ(p.max_device_pinned_mem_size, 131072u);
+  EXPECT_EQ(p.nvfs.poll_thresh_size, 8u);
+  EXPECT_EQ(p.nvfs.dcontrolflags & (1u << CU_FILE_USE_POLL_MODE), 1u << CU_FILE_USE_POLL_MODE);
+
+  EXPECT_EQ(cuFileDriverSetMaxDirectIOSize(4096).err, CU_FILE_SUCCESS);
+  EXPECT_EQ(cuFileDriverSetMaxCacheSize(4096).err, CU_FILE_SUCCESS);
+  EXPECT_EQ(cuFileDriverSetMaxPinnedMemSize(262144).err, CU_FILE_SUCCESS);
+  EXPECT_EQ(cuFileDriverSetPollMode(false, 16).err, CU_FILE_SUCCESS);
+  EXPECT_EQ(cuFileDriverSetMaxDirectIOSize(3).err, CU_FILE_DRIVER_UNSUPPORTED_LIMIT);
+  CUfileDrvProps_t after{};
+  ASSERT_EQ(cuFileDriverGetProperties(&after).err, CU_FILE_SUCCESS);
+  EXPECT_EQ(std::memcmp(&after, &p, sizeof p), 0) << "setters on an open driver change nothing";
+  EXPECT_EQ(cuFileDriverClose().err, CU_FILE_SUCCESS);
+
+  // What was staged went with that open; after a close they stage for the next one.
+  ASSERT_EQ(cuFileDriverOpen().err, CU_FILE_SUCCESS);
+  ASSERT_EQ(cuFileDriverGetProperties(&p).err, CU_FILE_SUCCESS);
+  EXPECT_EQ(p.nvfs.max_direct_io_size, 16384u);
   EXPECT_EQ(cuFileDriverClose().err, CU_FILE_SUCCESS);
 }
 

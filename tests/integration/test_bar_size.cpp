@@ -73,9 +73,17 @@ TEST_F(BarSize, BadArgumentsAreRefused) {
   EXPECT_EQ(cuFileGetBARSizeInKB(0, nullptr).err, CU_FILE_INVALID_VALUE);
 }
 
-TEST(BarSizeClosed, NeedsAnOpenDriver) {
+// NVIDIA's library answers before open (tests/conformance, section bar); so does gpufile,
+// without opening the driver.
+TEST(BarSizeClosed, AnswersWithoutOpeningTheDriver) {
   size_t kb = 0;
-  EXPECT_EQ(cuFileGetBARSizeInKB(0, &kb).err, CU_FILE_DRIVER_NOT_INITIALIZED);
+  EXPECT_EQ(cuFileGetBARSizeInKB(0, &kb).err, CU_FILE_SUCCESS);
+  EXPECT_EQ(cuFileGetBARSizeInKB(-1, &kb).err, CU_FILE_INVALID_VALUE);
+  EXPECT_EQ(cuFileUseCount(), 0);
+  CUfileDrvProps_t props;
+  EXPECT_EQ(cuFileDriverGetProperties(&props).err, CU_FILE_SUCCESS);
+  EXPECT_EQ(cuFileSetParameterSizeT(CUFILE_PARAM_EXECUTION_MAX_IO_THREADS, 4).err, CU_FILE_SUCCESS)
+      << "the driver must still be closed";
 }
 
 // GPUFILE_NVML_LIBRARY points nowhere: no NVML, no crash, sysfs's answer (0 here).

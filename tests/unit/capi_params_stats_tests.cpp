@@ -239,10 +239,17 @@ TEST_F(CapiTest, StartStopResetNeedAnOpenDriver) {
   EXPECT_EQ(stats::snapshot().ops[0].calls.ok, 0u);
 }
 
-TEST_F(CapiTest, GetStatsNeedsAStructAndTheLevel) {
+TEST_F(CapiTest, GetStatsNeedsAnOpenDriverAStructAndTheLevel) {
   CUfileStatsLevel1_t l1;
   CUfileStatsLevel2_t l2;
   CUfileStatsLevel3_t l3;
+  // Closed: refused whatever the level, as NVIDIA's library does (tests/conformance).
+  ASSERT_EQ(cuFileSetStatsLevel(3).err, CU_FILE_SUCCESS);
+  EXPECT_CUFILE(cuFileGetStatsL1(&l1), CU_FILE_DRIVER_NOT_INITIALIZED);
+  EXPECT_CUFILE(cuFileGetStatsL2(&l2), CU_FILE_DRIVER_NOT_INITIALIZED);
+  EXPECT_CUFILE(cuFileGetStatsL3(&l3), CU_FILE_DRIVER_NOT_INITIALIZED);
+  fake::set_driver_open(true, Settings{});
+  ASSERT_EQ(cuFileSetStatsLevel(0).err, CU_FILE_SUCCESS);
   EXPECT_CUFILE(cuFileGetStatsL1(&l1), CU_FILE_INVALID_VALUE);  // level 0
   ASSERT_EQ(cuFileSetStatsLevel(1).err, CU_FILE_SUCCESS);
   EXPECT_CUFILE(cuFileGetStatsL1(nullptr), CU_FILE_INVALID_VALUE);
@@ -402,6 +409,7 @@ TEST(CapiStatsFill, Level3FillsEachGpuFromItsRow) {
 
 TEST_F(CapiTest, GetStatsL3ListsTheDriversGpus) {
   fake::set_gpu_count(3);
+  fake::set_driver_open(true, Settings{});
   ASSERT_EQ(cuFileSetStatsLevel(3).err, CU_FILE_SUCCESS);
   stats::record_call(stats::Op::read, 4096, 1000, true);
   stats::record_device(stats::Op::read, 0, 4096, true);
