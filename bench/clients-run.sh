@@ -70,8 +70,8 @@
 #          --platform manylinux_2_24_x86_64 --platform manylinux_2_17_x86_64 \
 #          --platform manylinux2014_x86_64 -d .whl "kvikio-cu13==26.10.*" \
 #          "libkvikio-cu13==26.10.*" "rapids-logger==0.3.*" fastsafetensors==0.5.0
-#   3. KvikIO's tests: the session's fetch tool, `fetch github:rapidsai/kvikio`, answers with a
-#      bare git directory (/work/.mirror/rapidsai+kvikio/repo); from it
+#   3. KvikIO's tests, from a bare git clone of github.com/rapidsai/kvikio (here
+#      /work/.mirror/rapidsai+kvikio/repo); from it
 #        mkdir -p .peers/kvikio-tests && git --git-dir=/work/.mirror/rapidsai+kvikio/repo \
 #          archive v26.10.00a python/kvikio/tests | tar -x -C .peers/kvikio-tests \
 #          --strip-components=3

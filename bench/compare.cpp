@@ -44,7 +44,7 @@
 //                               stages page-cache bytes through pinned memory reaches for this
 //                               shape: on the H200 machine the DMA reads bytes the CPU has just
 //                               written far slower than old ones, so this sits well below
-//                               min(H2D, pread) at 1-4 MiB (docs/performance.md, session 9)
+//                               min(H2D, pread) at 1-4 MiB (docs/performance.md, "Many callers")
 // Baselines (what hand-written loaders do):
 //   naive FILE                  pread 16 MiB pieces into one pinned buffer, cuMemcpyHtoD each
 //   pageable FILE               the same with a malloc'd buffer

@@ -162,9 +162,9 @@ void free_blocks(std::vector<PinnedRequest>& regions, std::vector<PinnedBlock>* 
 
 // As alloc_pinned, for several regions at once: the regions wanting one node are slices of one
 // mapping, faulted in on a thread per slice and registered with the driver in one call. On the
-// H200 machine (session 11's probe, docs/performance.md), for 16 x 8 MiB of huge pages: faulting
-// in took 21.6-24.6 ms on one thread against 11-12 ms on 16, and registering 4.7-7.2 ms as 16
-// calls against 3.3-3.5 ms as one.
+// H200 machine (a probe; docs/performance.md, "Where the defaults come from"), for 16 x 8 MiB
+// of huge pages: faulting in took 21.6-24.6 ms on one thread against 11-12 ms on 16, and
+// registering 4.7-7.2 ms as 16 calls against 3.3-3.5 ms as one.
 Error alloc_pinned_many(std::vector<PinnedRequest>& regions, std::vector<PinnedBlock>* blocks) {
   std::vector<int> nodes;
   for (const PinnedRequest& r : regions)

@@ -2,7 +2,7 @@
 // from the page cache, with no kernel read and no CPU copy (the "page cache DMA" path).
 //
 // Why: staging cached bytes means a pread into a pinned slab (the CPU writes every byte), then a
-// DMA out of the slab. Measured on the H200 machine (docs/performance.md, session 9), the copy
+// DMA out of the slab. Measured on the H200 machine (docs/performance.md, "Many callers"), the copy
 // engine reads bytes the CPU has just written far slower than old ones (a 1 MiB copy: about 380
 // µs against 44 µs once the lines are flushed), which held 16 synchronous 1 MiB callers to 24-28
 // GiB/s while copies of old bytes reach 44. A read-only mapping of the file registered with the
@@ -158,7 +158,7 @@ class PageCacheDma : public std::enable_shared_from_this<PageCacheDma> {
   // in 64 or 256 MiB windows) and holds the process's other calls up meanwhile, so callers
   // making windows at once only queue, each holding its call: one process reading into four
   // GPUs, 32 callers, ran at 10-30 GiB/s for the 1-1.3 s its 256 windows took to make, 57 GiB/s
-  // with one made at a time (docs/performance.md, session 12). A caller that finds the turn
+  // with one made at a time (docs/performance.md, "Many GPUs"). A caller that finds the turn
   // taken stages its piece and leaves the window for a later read.
   class MakerTurn {
    public:

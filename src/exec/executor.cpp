@@ -165,13 +165,13 @@ Executor::~Executor() {
 Error Executor::start(std::vector<cuda::PinnedRequest>* also) {
   // Pinning the staging slabs is most of what opening costs (on the H100 machine 100-170 ms for
   // 12-16 workers through cuMemHostAlloc, 23-29 ms with the huge pages of cuda::alloc_pinned).
-  // Tried and measured there (docs/performance.md): setting the workers up on parallel threads
-  // did not shorten the open, and setting all but the first up in the background while IO
-  // already ran did not make a first 7.8 GB load any faster. What does help (H200, session 11):
-  // faulting every worker's pages in on a thread each, then registering them all in one call on
-  // this thread (cuda::alloc_pinned_many). (The workers' threads still start in the
-  // background: a fork() right after the open waits in park_workers_for_fork() until each has
-  // started and parked.)
+  // Tried and measured there (docs/performance.md, "Where the defaults come from"): setting the
+  // workers up on parallel threads did not shorten the open, and setting all but the first up
+  // in the background while IO already ran did not make a first 7.8 GB load any faster. What
+  // does help (H200, same section): faulting every worker's pages in on a thread each, then
+  // registering them all in one call on this thread (cuda::alloc_pinned_many). (The workers'
+  // threads still start in the background: a fork() right after the open waits in
+  // park_workers_for_fork() until each has started and parked.)
   std::vector<WorkerGroup> groups = cfg_.groups;
   if (groups.empty()) groups.push_back(WorkerGroup{-1, {}, ~uint64_t{0}, cfg_.workers});
   std::vector<const WorkerGroup*> group_of;

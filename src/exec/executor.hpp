@@ -144,7 +144,7 @@ class Executor {
   // with `ctx` current), the first time any worker asks; later calls return at once. Reads past
   // the page cache wait for the disk, which on the lent machines' virtual disks serves more
   // with more reads in flight, while reads from the page cache gain nothing from a deeper ring
-  // and a first load would wait for its pinning (docs/performance.md, session 16): so the ring
+  // and a first load would wait for its pinning (docs/performance.md, "Checkpoints"): so the ring
   // starts small and grows only when the disk is what reads wait for. A failure leaves the
   // rings as they are (logged once).
   void deepen_for_cold(cuda::CUcontext ctx);

@@ -126,7 +126,7 @@ class DeviceSink final : public remote::PartSink {
 // A read's bytes are received by several threads, each driving its own share of the transfers
 // in flight on a multi handle of its own, so that receiving and copying grow with the transfers:
 // one transfer over loopback HTTP ran at 2.5-3.3 GiB/s on the H200 machine, 16 in flight on 8
-// threads at 13.5-14.4, and on 16 threads (one per transfer, the default since session 13)
+// threads at 13.5-14.4, and on 16 threads (one per transfer, the default)
 // 1.07-1.63x what 8 threads reached on the same H100 (docs/performance.md): each thread both
 // receives and copies every byte of its transfers. The threads are the remote pool's
 // (exec/remote_pool.hpp): one per `remote_transfers_per_thread` transfers in flight, as many

@@ -112,7 +112,7 @@ void ensure_context(const cuda::Driver& d) {
 // Those made at open are pinned with the workers' staging, in its one registration, rather than
 // as eighteen mappings and registrations of their own: on the H100 machine the open fell from
 // 7.9-13.3 ms to 5.6-9.6, and a large read right after it no longer lost 22-82 ms to it
-// (docs/performance.md, session 14).
+// (docs/performance.md, "Where the defaults come from").
 struct CallerStaging {
   uint64_t small_bytes = 0;  // 0: no small IO buffers
   unsigned small_cap = 0;

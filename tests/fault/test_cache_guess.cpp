@@ -71,7 +71,7 @@ TEST_F(CacheGuess, OnePieceReadsGuessToo) {
 
 // The miss is injected: RWF_NOWAIT answers EAGAIN, as it does when pages are missing. Dropping
 // the pages does not force a miss everywhere: on a fast disk the kernel may bring them back
-// (the readahead a NOWAIT read starts) before it answers (stop 25's CI runner did).
+// (the readahead a NOWAIT read starts) before it answers (a CI runner did).
 TEST_F(CacheGuess, AWrongGuessStillReadsEveryByteAndIsDropped) {
   GuardedBuffer b(kSmall, 100);
   expect_read_exact(b, 0, kSmall);  // cached: the guess is set
