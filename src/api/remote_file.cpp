@@ -7,6 +7,7 @@
 #include <mutex>
 #include <vector>
 
+#include "core/log.hpp"
 #include "core/stats.hpp"
 #include "cuda/memory.hpp"
 #include "exec/remote_pool.hpp"
@@ -40,7 +41,12 @@ remote::Failure RemoteFile::open(const std::string& url, std::unique_ptr<RemoteF
   if (Error e = Runtime::instance().remote_options(&o))
     return remote::fail_at(EIO, url, "the gpufile driver did not open: " + describe(e));
   std::unique_ptr<RemoteFile> f(new RemoteFile());
-  if (remote::Failure why = remote::Object::open(url, o, &f->object_); !why.ok()) return why;
+  if (remote::Failure why = remote::Object::open(url, o, &f->object_); !why.ok()) {
+    GPUFILE_LOG(LogLevel::debug, "remote open failed: %s", why.message.c_str());
+    return why;
+  }
+  GPUFILE_LOG(LogLevel::debug, "remote open: %s: %llu bytes, ETag %s", remote::shown(url).c_str(),
+              static_cast<unsigned long long>(f->size()), f->etag().c_str());
   // Its Futures run on the remote pool: as many threads as its reads would share.
   exec::RemotePool::instance().allow(exec::remote_threads_for(o));
   *out = std::move(f);
@@ -185,6 +191,7 @@ remote::Failure RemoteWriter::open(const std::string& url, std::unique_ptr<Remot
   if (e) return remote::fail_at(EIO, url, "the gpufile driver did not open: " + describe(e));
   std::unique_ptr<RemoteWriter> w(new RemoteWriter());
   if (remote::Failure f = remote::Upload::prepare(url, o, &w->upload_); !f.ok()) return f;
+  GPUFILE_LOG(LogLevel::debug, "remote writer: %s", remote::shown(url).c_str());
   w->part_bytes_ = s->uploads.bytes();
   w->parts_ = std::make_shared<Parts>(std::move(s), w->part_bytes_, remote::upload_parts_in_flight(o));
   if (!w->parts_->add_slot(true)) return remote::fail_at(ENOMEM, url, "no pinned memory for a part");
