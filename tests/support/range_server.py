@@ -114,7 +114,7 @@ class _Handler(http.server.BaseHTTPRequestHandler):
             return
         faults = self.server.faults
         if faults.replace_with is not None and faults.take("replace"):
-            self.server.put(self.path, faults.replace_with)
+            self.server.put(self.path.split("?")[0], faults.replace_with)
         obj = self._object()
         if obj is None:
             return self._reply(404, b"<Error><Code>NoSuchKey</Code></Error>")
