@@ -78,6 +78,18 @@ std::string redact_userinfo(std::string_view info) {
   return std::string(info.substr(0, colon + 1)).append(kRedacted);
 }
 
+// "user:pa/ss" of "http://user:pa/ss@host/": a password with an unencoded '/' (or '?', '#') ends
+// the authority early, leaving a "port" that is no number. Such a URL is read with the text up
+// to its first '@' as userinfo, not host and path: better too much hidden than a password shown.
+bool has_word_port(std::string_view auth) {
+  if (auth.empty() || auth.front() == '[') return false;
+  const size_t colon = auth.rfind(':');
+  if (colon == std::string_view::npos) return false;
+  for (char c : auth.substr(colon + 1))
+    if (!std::isdigit(static_cast<unsigned char>(c))) return true;
+  return false;
+}
+
 bool is_scheme_char(char c) {
   return std::isalnum(static_cast<unsigned char>(c)) || c == '+' || c == '-' || c == '.';
 }
@@ -107,7 +119,11 @@ std::string redact_url(std::string_view url) {
   if (sep == std::string_view::npos) return std::string(url);
   std::string out(url.substr(0, sep + 3));
   std::string_view rest = url.substr(sep + 3);
-  const size_t auth_end = std::min(rest.find_first_of("/?#"), rest.size());
+  size_t auth_end = std::min(rest.find_first_of("/?#"), rest.size());
+  if (rest.substr(0, auth_end).find('@') == std::string_view::npos && has_word_port(rest.substr(0, auth_end))) {
+    if (const size_t at = rest.find('@'); at != std::string_view::npos)
+      auth_end = std::min(rest.find_first_of("/?#", at), rest.size());
+  }
   std::string_view auth = rest.substr(0, auth_end);
   if (const size_t at = auth.rfind('@'); at != std::string_view::npos) {
     out += redact_userinfo(auth.substr(0, at));

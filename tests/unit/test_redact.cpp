@@ -60,6 +60,9 @@ INSTANTIATE_TEST_SUITE_P(
         Case{"https://ghp_tok@github.com/x", "https://REDACTED@github.com/x"},
         Case{"http://u:p@ss:w@h/k", "http://u:REDACTED@h/k"},  // '@' inside the password
         Case{"http://user:@h/k", "http://user:@h/k"},
+        // a password with an unencoded '/' or '?' (no port is a word)
+        Case{"http://user:pa/ss@h:81/k", "http://user:REDACTED@h:81/k"},
+        Case{"http://user:pa?ss@h/k?sig=s", "http://user:REDACTED@h/k?sig=REDACTED"},
         // '@' in the path or query is no userinfo
         Case{"http://h/users/a@b.c/k?to=x@y", "http://h/users/a@b.c/k?to=x@y"},
         // IPv6 hosts keep their colons
