@@ -1,12 +1,16 @@
 // `gpufile check FILE`: which path reads of FILE would take, and why. No path is silent.
+// `gpufile check URL`: a remote object opened as a read opens it, and how its reads travel.
 #include <cufile.h>
 #include <fcntl.h>
 #include <sys/vfs.h>
 #include <unistd.h>
 
 #include <cstdio>
+#include <memory>
 
+#include "api/remote_file.hpp"
 #include "cli/commands.hpp"
+#include "core/redact.hpp"
 #include "cuda/driver.hpp"
 #include "exec/runtime.hpp"
 
@@ -27,11 +31,28 @@ const char* fs_name(long type) {
   }
 }
 
+// The URL is shown as core/redact.hpp allows, and so is any failure (they name it).
+int check_remote(const char* url) {
+  std::unique_ptr<api::RemoteFile> f;
+  if (remote::Failure why = api::RemoteFile::open(url, &f); !why.ok())
+    return std::fprintf(stderr, "%s\n", redact_text(why.message).c_str()), 1;
+  remote::Options o;
+  Runtime::instance().remote_options(&o);
+  std::printf("object      %s (%llu bytes, ETag %s)\n", redact_url(url).c_str(),
+              static_cast<unsigned long long>(f->size()), f->etag().empty() ? "none" : f->etag().c_str());
+  std::printf("large reads remote: ranged GETs of %llu KiB, %u in flight, %u tries each at most;\n"
+              "            into GPU memory through pinned staging, into host memory in place\n",
+              static_cast<unsigned long long>(o.part_bytes >> 10), o.concurrency, o.retries + 1);
+  std::printf("GPU         %s\n", cuda::driver() ? "yes" : cuda::why_no_driver().c_str());
+  return 0;
+}
+
 }  // namespace
 
 int check(int argc, char** argv) {
-  if (argc != 2) return std::fprintf(stderr, "usage: gpufile check FILE\n"), 2;
+  if (argc != 2) return std::fprintf(stderr, "usage: gpufile check FILE|URL\n"), 2;
   const char* path = argv[1];
+  if (remote::is_remote(path)) return check_remote(path);
   int fd = ::open(path, O_RDONLY | O_CLOEXEC);
   if (fd < 0) return std::perror(path), 1;
   struct statfs sf {};

@@ -7,6 +7,7 @@
 #include <mutex>
 
 #include "core/log.hpp"
+#include "core/redact.hpp"
 
 namespace gpufile::hdf5 {
 
@@ -125,15 +126,18 @@ const Hdf5Api& hdf5_api() {
 void push_error(const char* function, const abi::hid_t* Hdf5Api::*major,
                 const abi::hid_t* Hdf5Api::*minor, const std::string& message) {
   const Hdf5Api& a = hdf5_api();
+  // A file name on HDF5's error stack (printed, and turned into Python exceptions by h5py) shows
+  // no credentials should it be a URL (core/redact.hpp); the log redacts its own lines.
+  const std::string shown = redact_text(message);
   const abi::hid_t* maj = a.*major;
   const abi::hid_t* min = a.*minor;
   if (a.push_error == nullptr || a.error_class == nullptr || maj == nullptr || min == nullptr) {
-    GPUFILE_LOG(LogLevel::error, "hdf5 driver: %s: %s", function, message.c_str());
+    GPUFILE_LOG(LogLevel::error, "hdf5 driver: %s: %s", function, shown.c_str());
     return;
   }
   // The message goes through "%s": a file name with a '%' in it is not a format.
   a.push_error(abi::kDefault, __FILE__, function, __LINE__, *a.error_class, *maj, *min, "%s",
-               message.c_str());
+               shown.c_str());
 }
 
 }  // namespace gpufile::hdf5

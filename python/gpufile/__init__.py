@@ -32,6 +32,7 @@ from ._gpufile import (
 )
 from ._gpufile import stats as _runtime_stats
 from ._gpufile import stats_reset as _runtime_stats_reset
+from ._gpufile import _redact_url
 from ._gpufile import _latency_summary
 from ._arrays import DeviceArray
 
@@ -62,8 +63,8 @@ def open(path: "str | os.PathLike[str]", mode: str = "r") -> "File | RemoteFile 
             return RemoteFile(path)
         if mode in ("w", "wb") and path[:5].lower() == "s3://":
             return RemoteWriter(path)
-        raise ValueError(f"mode {mode!r} for {path}: remote objects open with 'r', and s3:// "
-                         "objects also with 'w' (http(s):// objects are read-only)")
+        raise ValueError(f"mode {mode!r} for {_redact_url(path)}: remote objects open with "
+                         "'r', and s3:// objects also with 'w' (http(s):// objects are read-only)")
     return File(os.fspath(path), mode)
 
 

@@ -28,7 +28,7 @@ from typing import Any, Callable, Dict, Iterable, List, Mapping, NamedTuple, Opt
 from . import _dtypes, _scatter
 from ._arrays import DeviceArray
 from ._boxes import Piece, place
-from ._gpufile import DeviceBuffer, File, RemoteFile, _open_session, driver_is_open
+from ._gpufile import DeviceBuffer, File, RemoteFile, _open_session, _redact_text, driver_is_open
 
 __all__ = ["SafetensorError", "TensorInfo", "Header", "parse_header", "read_header", "load_file",
            "save_file", "safe_open", "load_sharded", "load_into", "LoadResult", "shard_slice"]
@@ -44,6 +44,11 @@ PathLike = Union[str, "os.PathLike[str]"]
 
 class SafetensorError(ValueError):
     """A malformed or unsupported safetensors file, or a bad argument."""
+
+    def __init__(self, message: str = "") -> None:
+        # Messages name files and URLs; a URL shows no signature, token or password (the C++
+        # rules, src/core/redact.hpp, docs/remote.md "Security").
+        super().__init__(_redact_text(str(message)))
 
 
 class TensorInfo(NamedTuple):

@@ -72,12 +72,12 @@ class GpufileStore(Store):
         if self._s3:
             bucket, _, prefix = text[5:].partition("/")
             if not bucket:
-                raise ValueError(f"{text}: no bucket (s3://BUCKET/PREFIX)")
+                raise ValueError(_gpufile._redact_text(f"{text}: no bucket (s3://BUCKET/PREFIX)"))
             self._bucket, self._prefix = bucket, prefix.strip("/")
             self.root = _S3 + bucket + ("/" + self._prefix if self._prefix else "")
         elif text[:8].lower().startswith(("http://", "https://")):
-            raise ValueError(f"{text}: http(s):// has no listing nor writes; use a local directory "
-                             "or s3://bucket/prefix")
+            raise ValueError(_gpufile._redact_url(text) + ": http(s):// has no listing nor writes; "
+                             "use a local directory or s3://bucket/prefix")
         else:
             self.root = os.path.abspath(text)
 
@@ -96,7 +96,7 @@ class GpufileStore(Store):
         return self.root if self._s3 else "file://" + self.root
 
     def __repr__(self) -> str:
-        return f"GpufileStore({self.root!r}, read_only={self.read_only})"
+        return f"GpufileStore({_gpufile._redact_url(self.root)!r}, read_only={self.read_only})"
 
     async def _open(self) -> None:
         if self._is_open:
@@ -404,7 +404,8 @@ def read_range(f: Any, prototype: BufferPrototype, byte_range: Optional[ByteRequ
     out = device_bytes(length, device) if wants_device_memory(prototype) else np.empty(length, dtype=np.uint8)
     got = f.read(out, size=length, file_offset=offset)
     if got != length:
-        raise OSError(f"{f.name}: {got} of {length} bytes at {offset}: the object changed while read?")
+        raise OSError(f"{_gpufile._redact_url(f.name)}: {got} of {length} bytes at {offset}: "
+                      "the object changed while read?")
     return prototype.buffer.from_array_like(out)
 
 

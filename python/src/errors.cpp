@@ -5,16 +5,20 @@
 #include <cstring>
 #include <string>
 
+#include "core/redact.hpp"
+
 namespace gpufile::py {
 
 namespace {
 
 PyObject* gpufile_error = nullptr;
 
+// Messages and file names of every exception raised here pass core/redact.hpp: a URL in them
+// shows no signature, token or password (an exception is logged by whoever catches it).
 [[noreturn]] void raise_os_error(int err, const std::string& what, const char* filename) {
   // OSError(errno, strerror, filename) picks the subclass (FileNotFoundError, ...) by errno.
-  nb::object args = filename ? nb::make_tuple(err, std::string(std::strerror(err)) + " (" + what + ")", filename)
-                             : nb::make_tuple(err, std::string(std::strerror(err)) + " (" + what + ")");
+  const std::string message = redact_text(std::string(std::strerror(err)) + " (" + what + ")");
+  nb::object args = filename ? nb::make_tuple(err, message, redact_url(filename)) : nb::make_tuple(err, message);
   PyErr_SetObject(PyExc_OSError, args.ptr());
   throw nb::python_error();
 }
@@ -46,19 +50,20 @@ void raise(const Error& e, const char* what, const char* filename) {
   if (e.code == Errc::system) raise_os_error(e.sys_errno, what, filename);
   std::string message = std::string(what) + ": " + describe(e);
   if (filename) message += ": " + std::string(filename);
+  message = redact_text(message);
   if (is_argument_error(e.code)) throw nb::value_error(message.c_str());
   PyErr_SetString(gpufile_error, message.c_str());
   throw nb::python_error();
 }
 
 void raise_os(int err, const std::string& message, const std::string& filename) {
-  nb::object args = nb::make_tuple(err, message, filename);
+  nb::object args = nb::make_tuple(err, redact_text(message), redact_url(filename));
   PyErr_SetObject(PyExc_OSError, args.ptr());
   throw nb::python_error();
 }
 
 void raise_message(const std::string& message) {
-  PyErr_SetString(gpufile_error, message.c_str());
+  PyErr_SetString(gpufile_error, redact_text(message).c_str());
   throw nb::python_error();
 }
 

@@ -18,6 +18,7 @@
 #include "capi/stream_op.hpp"
 #include "buffer.hpp"
 #include "core/config.hpp"
+#include "core/redact.hpp"
 #include "core/stats.hpp"
 #include "cuda/driver.hpp"
 #include "cuda/memory.hpp"
@@ -452,7 +453,7 @@ class PyRemoteWriter {
       nb::gil_scoped_release unlocked;
       e = writer_->start(reinterpret_cast<const void*>(addr), n, &f);
     }
-    if (e) raise_os(e.sys_errno, url_ + ": pwrite: the upload is over (closed, aborted or failed)", url_);
+    if (e) raise_os(e.sys_errno, redact_url(url_) + ": pwrite: the upload is over (closed, aborted or failed)", url_);
     made_ += n;
     return new PyFuture(std::move(f), std::move(b), url_);
   }
@@ -703,6 +704,12 @@ NB_MODULE(_gpufile, m) {
     return nb::bytes(whole.bytes.data(), whole.bytes.size());
   }, "url"_a, "max_bytes"_a = UINT64_MAX,
         "A whole http(s):// or s3:// object in one GET, without the HEAD an open sends: its bytes.");
+  // The Python layer's messages about URLs (gpufile.safetensors, gpufile.zarr) hide what the C++
+  // ones hide, by the same code (src/core/redact.hpp).
+  m.def("_redact_url", [](const std::string& url) { return redact_url(url); }, "url"_a,
+        "The URL as messages show it: signatures, tokens and passwords replaced by REDACTED.");
+  m.def("_redact_text", [](const std::string& text) { return redact_text(text); }, "text"_a,
+        "`text` with every URL in it passed through _redact_url.");
   m.def("cuda_available", [] { return cuda::driver() != nullptr; });
   m.def("cuda_unavailable_reason", [] { return cuda::driver() ? std::string() : cuda::why_no_driver(); });
   m.def("device_count", [] {

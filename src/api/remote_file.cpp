@@ -7,6 +7,7 @@
 #include <mutex>
 #include <vector>
 
+#include "core/log.hpp"
 #include "core/stats.hpp"
 #include "cuda/memory.hpp"
 #include "exec/remote_pool.hpp"
@@ -38,9 +39,14 @@ void count_remote(sys::IoKind kind, const void* buf, const IoResult& r, uint64_t
 remote::Failure RemoteFile::open(const std::string& url, std::unique_ptr<RemoteFile>* out) {
   remote::Options o;
   if (Error e = Runtime::instance().remote_options(&o))
-    return {EIO, url + ": the gpufile driver did not open: " + describe(e)};
+    return remote::fail_at(EIO, url, "the gpufile driver did not open: " + describe(e));
   std::unique_ptr<RemoteFile> f(new RemoteFile());
-  if (remote::Failure why = remote::Object::open(url, o, &f->object_); !why.ok()) return why;
+  if (remote::Failure why = remote::Object::open(url, o, &f->object_); !why.ok()) {
+    GPUFILE_LOG(LogLevel::debug, "remote open failed: %s", why.message.c_str());
+    return why;
+  }
+  GPUFILE_LOG(LogLevel::debug, "remote open: %s: %llu bytes, ETag %s", remote::shown(url).c_str(),
+              static_cast<unsigned long long>(f->size()), f->etag().c_str());
   // Its Futures run on the remote pool: as many threads as its reads would share.
   exec::RemotePool::instance().allow(exec::remote_threads_for(o));
   *out = std::move(f);
@@ -182,12 +188,13 @@ remote::Failure RemoteWriter::open(const std::string& url, std::unique_ptr<Remot
   std::shared_ptr<Session> s;
   Error e = Runtime::instance().remote_options(&o);
   if (!e) e = Runtime::instance().remote_session(&s);
-  if (e) return {EIO, url + ": the gpufile driver did not open: " + describe(e)};
+  if (e) return remote::fail_at(EIO, url, "the gpufile driver did not open: " + describe(e));
   std::unique_ptr<RemoteWriter> w(new RemoteWriter());
   if (remote::Failure f = remote::Upload::prepare(url, o, &w->upload_); !f.ok()) return f;
+  GPUFILE_LOG(LogLevel::debug, "remote writer: %s", remote::shown(url).c_str());
   w->part_bytes_ = s->uploads.bytes();
   w->parts_ = std::make_shared<Parts>(std::move(s), w->part_bytes_, remote::upload_parts_in_flight(o));
-  if (!w->parts_->add_slot(true)) return {ENOMEM, url + ": no pinned memory for a part"};
+  if (!w->parts_->add_slot(true)) return remote::fail_at(ENOMEM, url, "no pinned memory for a part");
   exec::RemotePool::instance().allow(exec::remote_threads_for(o));
   *out = std::move(w);
   return {};
@@ -223,7 +230,7 @@ remote::Failure RemoteWriter::send_filled(bool then_next) {
   if (sent_ == 0)
     if (remote::Failure f = upload_->begin(); !f.ok()) return f;
   if (std::string why = remote::part_limit_exceeded(sent_ + 1, part_bytes_); !why.empty())
-    return {EFBIG, url() + ": " + why};
+    return remote::fail_at(EFBIG, url(), why);
   Parts& p = *parts_;
   const size_t slot = p.filling;
   const unsigned number = ++sent_;
@@ -254,13 +261,13 @@ remote::Failure RemoteWriter::copy_in(const cuda::MemInfo& mem, const char* from
     return {};
   }
   const cuda::CUresult r = cuda::driver()->MemcpyDtoH(to, reinterpret_cast<cuda::CUdeviceptr>(from), n);
-  if (r != cuda::CUDA_SUCCESS) return {EIO, url() + ": copy from the GPU failed: " + cuda::describe(r)};
+  if (r != cuda::CUDA_SUCCESS) return remote::fail_at(EIO, url(), "copy from the GPU failed: " + cuda::describe(r));
   return {};
 }
 
 IoResult RemoteWriter::write(const void* buf, uint64_t size, remote::Failure* why) {
   if (closing_) {  // refused at once: nothing is appended behind a close
-    *why = {EBADF, url() + ": the upload is over (a close was started)"};
+    *why = remote::fail_at(EBADF, url(), "the upload is over (a close was started)");
     return {0, Error::sys(EBADF)};
   }
   wait_for_started();
@@ -279,7 +286,7 @@ IoResult RemoteWriter::append(const void* buf, uint64_t size, remote::Failure* w
     *why = std::move(f);
     return IoResult{0, Error::sys(why->err)};
   };
-  if (done_) return failed({EBADF, url() + ": the upload is over (closed, aborted or failed)"});
+  if (done_) return failed(remote::fail_at(EBADF, url(), "the upload is over (closed, aborted or failed)"));
   if (size == 0) return {0, Error::none()};
   cuda::MemInfo mem;
   if (Error e = cuda::classify(buf, &mem)) return {0, e};
@@ -362,8 +369,8 @@ void RemoteWriter::cancel_started() {
   }
   for (Started& w : dropped)
     w.finish({0, Error::sys(ECANCELED)},
-             url() + (w.close ? ": the close was cancelled (gpufile was unloaded before it ran)"
-                              : ": the write was cancelled (the writer was aborted)"));
+             remote::shown(url()) + (w.close ? ": the close was cancelled (gpufile was unloaded before it ran)"
+                                             : ": the write was cancelled (the writer was aborted)"));
 }
 
 // The pool ended (the library is being unloaded) before the drain started: nothing will run
@@ -388,7 +395,7 @@ remote::Failure RemoteWriter::close() {
 remote::Failure RemoteWriter::close_now() {
   if (done_) {
     if (!failure_.ok()) return failure_;
-    if (aborted_) return {EBADF, url() + ": the upload was aborted"};
+    if (aborted_) return remote::fail_at(EBADF, url(), "the upload was aborted");
     return {};  // closed already
   }
   remote::Failure f;
@@ -424,7 +431,7 @@ namespace {
 
 remote::Failure session_options(const std::string& url, remote::Options* o) {
   if (Error e = Runtime::instance().remote_options(o))
-    return {EIO, url + ": the gpufile driver did not open: " + describe(e)};
+    return remote::fail_at(EIO, url, "the gpufile driver did not open: " + describe(e));
   return {};
 }
 

@@ -14,6 +14,8 @@
 #include <mutex>
 #include <string>
 
+#include "core/redact.hpp"
+
 namespace gpufile::log {
 namespace {
 
@@ -129,7 +131,8 @@ void write(LogLevel level, const char* fmt, ...) {
   if (!enabled(level)) return;
   va_list args;
   va_start(args, fmt);
-  std::string message = format_message(fmt, args);
+  // A URL in a message shows no signature, token or password (core/redact.hpp), at any level.
+  std::string message = redact_text(format_message(fmt, args));
   va_end(args);
   flatten_newlines(message);
 

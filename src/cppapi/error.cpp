@@ -1,5 +1,6 @@
 #include <string>
 
+#include "core/redact.hpp"
 #include "cppapi/raise.hpp"
 
 namespace gpufile {
@@ -26,8 +27,10 @@ const std::error_category& error_category() noexcept {
   return category;
 }
 
+// Every message passes redact_text: an exception is logged by whoever catches it, and a URL in it
+// may carry a signature or a password (core/redact.hpp).
 Exception::Exception(std::error_code code, const std::string& what, int cuda_result)
-    : std::system_error(code, what), cuda_result_(cuda_result) {}
+    : std::system_error(code, redact_text(what)), cuda_result_(cuda_result) {}
 
 // Out of line: the vtable and typeinfo live in libgpufile.so, once.
 Exception::~Exception() = default;

@@ -81,5 +81,46 @@ TEST_F(CppApiTest, RemoteErrorsAreExceptions) {
   EXPECT_GPUFILE_ERROR(f.read(out.data(), out.size()), std::errc::bad_file_descriptor);
 }
 
+// A presigned URL and a password in the userinfo are credentials: what() names the URL without
+// them (core/redact.hpp), whether the message came from the remote layer or from the API's own
+// checks (the closed file's read).
+TEST_F(CppApiTest, RemoteErrorsHideTheUrlsCredentials) {
+  ObjectServer server(random_bytes(100, 1));
+  const std::string secrets[] = {"pw-SECRET-1", "sig-SECRET-2", "tok-SECRET-3"};
+  auto with_secrets = [&](const std::string& path, const std::string& query) {
+    std::string url = server.url(path) + query;
+    return url.insert(url.find("127.0.0.1"), "alice:" + secrets[0] + "@");
+  };
+  auto expect_hidden = [&](const gpufile::Exception& e) {
+    const std::string what = e.what();
+    for (const std::string& s : secrets) EXPECT_EQ(what.find(s), std::string::npos) << what;
+    EXPECT_NE(what.find("alice:REDACTED@127.0.0.1"), std::string::npos) << what;
+  };
+  const std::string query = "?X-Amz-Signature=" + secrets[1] + "&X-Amz-Security-Token=" + secrets[2];
+  bool thrown = false;
+  try {
+    gpufile::RemoteFile f(with_secrets("/missing", query));
+  } catch (const gpufile::Exception& e) {
+    thrown = true;
+    EXPECT_EQ(e.code(), std::errc::no_such_file_or_directory);
+    EXPECT_NE(std::string(e.what()).find("X-Amz-Signature=REDACTED&X-Amz-Security-Token=REDACTED"),
+              std::string::npos) << e.what();
+    expect_hidden(e);
+  }
+  EXPECT_TRUE(thrown);
+  gpufile::RemoteFile f(with_secrets("/object", ""));  // the server wants no query
+  f.close();
+  std::vector<char> out(10);
+  thrown = false;
+  try {
+    f.read(out.data(), out.size());
+  } catch (const gpufile::Exception& e) {
+    thrown = true;
+    expect_hidden(e);
+  }
+  EXPECT_TRUE(thrown);
+  EXPECT_EQ(f.url(), with_secrets("/object", ""));  // the API still gives back what it was given
+}
+
 }  // namespace
 }  // namespace cpp_test

@@ -5,7 +5,7 @@ Listens on 127.0.0.1 only, on a port the kernel picks; started and stopped by th
 replaced. Requests with If-Match for another ETag get 412, as S3 answers.
 
 Options: `require_header` (403 without it), `ignore_range` (a server without Range support),
-`weak_etags`. `gate`, an Event (set: open): while it is clear, every GET and PUT waits at the
+`weak_etags`, `redirects` (path -> Location: HEAD and GET of that path answer 302). `gate`, an Event (set: open): while it is clear, every GET and PUT waits at the
 door (after it was recorded), so that tests can hold transfers in flight.
 
 Faults, each for the next N ranged GETs (HEAD requests are never faulted unless `head_status`):
@@ -78,6 +78,12 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         if self.command != "HEAD":
             self.wfile.write(body)
 
+    def _redirected(self) -> bool:
+        target = self.server.redirects.get(self.path.split("?")[0])
+        if target is not None:
+            self._reply(302, b"", {"Location": target})
+        return target is not None
+
     def _check_auth(self) -> bool:
         need = self.server.require_header
         if need and need.lower() not in (k.lower() for k in self.headers.keys()):
@@ -87,7 +93,7 @@ class _Handler(http.server.BaseHTTPRequestHandler):
 
     def do_HEAD(self):
         self.server.record(self)
-        if not self._check_auth():
+        if self._redirected() or not self._check_auth():
             return
         if self.server.faults.head_status:
             return self._reply(self.server.faults.head_status)
@@ -104,11 +110,11 @@ class _Handler(http.server.BaseHTTPRequestHandler):
     def do_GET(self):
         self.server.record(self)
         self.server.gate.wait()
-        if not self._check_auth():
+        if self._redirected() or not self._check_auth():
             return
         faults = self.server.faults
         if faults.replace_with is not None and faults.take("replace"):
-            self.server.put(self.path, faults.replace_with)
+            self.server.put(self.path.split("?")[0], faults.replace_with)
         obj = self._object()
         if obj is None:
             return self._reply(404, b"<Error><Code>NoSuchKey</Code></Error>")
@@ -219,6 +225,7 @@ class RangeServer(http.server.ThreadingHTTPServer):
         self.require_header: str | None = None
         self.ignore_range = False  # answer every GET with 200 and the whole object
         self.weak_etags = False    # ETags as W/"..." (If-Match never matches those)
+        self.redirects: dict[str, str] = {}  # path -> where a 302 sends it
         self.gate = threading.Event()  # cleared: GETs wait for it
         self.gate.set()
         self.requests: list[tuple[str, str, dict]] = []

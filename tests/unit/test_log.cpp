@@ -120,6 +120,21 @@ TEST_F(LogTest, LineFormatAndFileDestination) {
   EXPECT_EQ(m[2], "two lines");  // one message stays one line
 }
 
+TEST_F(LogTest, UrlsAreRedactedAtEveryLevel) {
+  const fs::path path = dir_ / "secrets.log";
+  to_file(path, LogLevel::trace);
+  for (int l = static_cast<int>(LogLevel::trace); l < static_cast<int>(LogLevel::off); ++l)
+    write(static_cast<LogLevel>(l), "open %s: %s", "https://u:pw-SECRET@h/k?X-Amz-Signature=sig-SECRET&n=1",
+          "failed");
+  auto lines = lines_of(path);
+  ASSERT_EQ(lines.size(), static_cast<size_t>(LogLevel::off));
+  for (const std::string& line : lines) {
+    EXPECT_EQ(line.find("SECRET"), std::string::npos) << line;
+    EXPECT_NE(line.find("open https://u:REDACTED@h/k?X-Amz-Signature=REDACTED&n=1: failed"), std::string::npos)
+        << line;
+  }
+}
+
 TEST_F(LogTest, LongMessagesAreNotCut) {
   const fs::path path = dir_ / "long.log";
   to_file(path, LogLevel::info);

@@ -46,7 +46,7 @@ bool parse_authority(std::string_view auth, Url& url, std::string* why) {
   unsigned value = 0;
   auto [end, ec] = std::from_chars(port.data(), port.data() + port.size(), value);
   if (ec != std::errc() || end != port.data() + port.size() || value == 0 || value > 65535)
-    return fail(why, "bad port '" + std::string(port) + "'");
+    return fail(why, "bad port: not a number from 1 to 65535");  // not echoed: it may be a password
   url.port = static_cast<uint16_t>(value);
   return true;
 }

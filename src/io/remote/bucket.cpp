@@ -30,13 +30,13 @@ Failure call_once(const std::string& url, bool bucket, const Options& options, c
                   Reply* reply) {
   std::string why;
   std::optional<Url> parsed = parse_url(url, &why);
-  if (!parsed) return {EINVAL, url + ": " + why};
-  if (parsed->scheme != Scheme::s3) return {EINVAL, url + ": not an s3:// URL"};
+  if (!parsed) return fail_at(EINVAL, url, why);
+  if (parsed->scheme != Scheme::s3) return fail_at(EINVAL, url, "not an s3:// URL");
   std::unique_ptr<Request> request;
   Failure f = bucket ? Request::make_bucket(url, *parsed, &request) : Request::make(url, *parsed, &request);
   if (!f.ok()) return f;
   CURL* easy = curl()->easy_init();
-  if (easy == nullptr) return {ENOMEM, url + ": curl_easy_init failed"};
+  if (easy == nullptr) return fail_at(ENOMEM, url, "curl_easy_init failed");
   f = send(easy, *request, options, url, call, reply);
   curl()->easy_cleanup(easy);
   return f;

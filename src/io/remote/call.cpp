@@ -71,13 +71,14 @@ Failure send(CURL* easy, const Request& request, const Options& options, const s
       std::this_thread::sleep_for(std::chrono::milliseconds(retry_wait_ms(attempt, options.backoff_ms)));
       continue;
     }
-    std::string what = name + ": ";
+    std::string what = shown(name) + ": ";
     if (v == Verdict::not_found)
       what += "no such bucket: ";
     else if (v != Verdict::retry && v != Verdict::failed)
       what += std::string(verdict_text(v)) + ": ";
-    what += rc != CURLE_OK ? std::string(c.easy_strerror(rc)) : "HTTP " + std::to_string(status);
-    if (const std::string code = xml_value(reply->body, "Code"); !code.empty()) what += " " + code;
+    what += rc != CURLE_OK ? transport_error(easy, rc, target) : "HTTP " + std::to_string(status);
+    if (const std::string code = xml_value(reply->body, "Code"); !code.empty())
+      what += " " + request.server_text(code);
     what += std::string(" (") + call.method;
     if (!call.query.empty()) what += " ?" + call.query.substr(0, call.query.find('&'));
     what += ", " + std::to_string(attempt + 1) + (attempt ? " tries)" : " try)");

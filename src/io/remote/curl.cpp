@@ -37,6 +37,7 @@ Loaded load() {
   }
   const curl_version_info_data* v = c.version_info(CURLVERSION_NOW);
   c.aws_sigv4 = v != nullptr && v->version_num >= 0x074b00;
+  c.protocols_str = v != nullptr && v->version_num >= 0x075500;
   out.usable = true;
   return out;
 }

@@ -10,6 +10,9 @@
 #pragma once
 
 #define CURL_DISABLE_TYPECHECK 1
+// CURLOPT_REDIR_PROTOCOLS (a bit mask) is deprecated from 7.85 on, but it is what older libcurls
+// have: request.cpp picks by the version loaded.
+#define CURL_DISABLE_DEPRECATION 1
 #include <curl/curl.h>
 
 #include <string>
@@ -43,6 +46,7 @@ struct Curl {
   GPUFILE_CURL_FUNCTIONS(GPUFILE_CURL_MEMBER)
 #undef GPUFILE_CURL_MEMBER
   bool aws_sigv4 = false;  // libcurl is 7.75 or newer: CURLOPT_AWS_SIGV4 works
+  bool protocols_str = false;  // 7.85 or newer: CURLOPT_PROTOCOLS_STR, CURLOPT_REDIR_PROTOCOLS_STR
 };
 
 // libcurl loaded and initialised once per process ($GPUFILE_CURL_LIBRARY, else libcurl.so.4);

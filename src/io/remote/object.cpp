@@ -34,7 +34,7 @@ struct Object::Client {
 Failure Object::open(const std::string& url, const Options& options, std::shared_ptr<Object>* out) {
   std::string why;
   std::optional<Url> parsed = parse_url(url, &why);
-  if (!parsed) return {EINVAL, url + ": " + why};
+  if (!parsed) return fail_at(EINVAL, url, why);
   std::shared_ptr<Object> obj(new Object());
   obj->url_ = url;
   obj->options_ = options;
@@ -126,7 +126,7 @@ Failure Object::ask(const char* what, const std::function<void(CURL*, Response*)
                     const std::function<bool(CURL*, CURLcode, const Response&, Verdict*)>& settle) {
   const Curl& c = *curl();
   std::unique_ptr<CURL, void (*)(CURL*)> e(c.easy_init(), c.easy_cleanup);
-  if (!e) return {ENOMEM, url_ + ": curl_easy_init failed"};
+  if (!e) return fail_at(ENOMEM, url_, "curl_easy_init failed");
   for (unsigned attempt = 0;; ++attempt) {
     Response r;
     request_->apply(e.get(), options_, &r);
@@ -141,10 +141,10 @@ Failure Object::ask(const char* what, const std::function<void(CURL*, Response*)
       std::this_thread::sleep_for(std::chrono::milliseconds(retry_wait_ms(attempt, options_.backoff_ms)));
       continue;
     }
-    std::string text = url_ + ": ";
+    std::string text = shown(url_) + ": ";
     if (v != Verdict::retry && v != Verdict::failed) text += std::string(verdict_text(v)) + ": ";
     if (rc != CURLE_OK && rc != CURLE_WRITE_ERROR)
-      text += c.easy_strerror(rc);
+      text += transport_error(e.get(), rc, request_->http_url);
     else if (status >= 200 && status < 300)
       text += "the reply does not say the object's size";
     else
@@ -195,10 +195,10 @@ class Object::Fetch {
 
   Failure run() {
     Failure failure;
-    if (client_.multi == nullptr) failure = {ENOMEM, obj_.url_ + ": curl_multi_init failed"};
+    if (client_.multi == nullptr) failure = fail_at(ENOMEM, obj_.url_, "curl_multi_init failed");
     while (failure.ok() && landed_ < parts_.size()) {
       if (stop_ != nullptr && stop_->load(std::memory_order_acquire)) {
-        failure = {ECANCELED, obj_.url_ + ": stopped: another part of the read failed"};
+        failure = fail_at(ECANCELED, obj_.url_, "stopped: another part of the read failed");
         break;
       }
       wake_due();
@@ -209,7 +209,7 @@ class Object::Fetch {
       }
       int running = 0;
       if (CURLMcode m = c_.multi_perform(client_.multi, &running); m != CURLM_OK) {
-        failure = {EIO, obj_.url_ + ": curl_multi_perform failed (" + std::to_string(m) + ")"};
+        failure = fail_at(EIO, obj_.url_, "curl_multi_perform failed (" + std::to_string(m) + ")");
         break;
       }
       if (failure = collect(); !failure.ok()) break;
@@ -287,7 +287,7 @@ class Object::Fetch {
       slot->easy = easy();
       if (slot->easy == nullptr) {
         sink_.dropped(i, mem);
-        return {ENOMEM, obj_.url_ + ": curl_easy_init failed"};
+        return fail_at(ENOMEM, obj_.url_, "curl_easy_init failed");
       }
       CURL* e = slot->easy;
       obj_.request_->apply(e, o_, &slot->response);
@@ -300,12 +300,12 @@ class Object::Fetch {
       if (c_.multi_add_handle(client_.multi, e) != CURLM_OK) {
         sink_.dropped(i, mem);
         idle_.push_back(e);
-        return {EIO, obj_.url_ + ": curl_multi_add_handle failed"};
+        return fail_at(EIO, obj_.url_, "curl_multi_add_handle failed");
       }
       active_.push_back(std::move(slot));
     }
     if (active_.empty() && !ready_.empty() && delayed_.empty())
-      return {EIO, obj_.url_ + ": no staging memory for a part"};  // a PartSink broke its promise
+      return fail_at(EIO, obj_.url_, "no staging memory for a part");  // a PartSink broke its promise
     return {};
   }
 
@@ -357,12 +357,12 @@ class Object::Fetch {
       what = "the reply (HTTP " + std::to_string(s.response.status) +
              ") is not the range asked for: does the server support ranges?";
     else if (rc != CURLE_OK)
-      what = c_.easy_strerror(rc);
+      what = transport_error(s.easy, rc, obj_.request_->http_url);
     else if (s.accepted)
       what = "short body: " + std::to_string(s.got) + " of " + std::to_string(p.length) + " bytes";
     else
       what = "HTTP " + std::to_string(s.response.status);
-    std::string text = obj_.url_ + ": ";
+    std::string text = shown(obj_.url_) + ": ";
     if (v != Verdict::retry && v != Verdict::failed) text += std::string(verdict_text(v)) + ": ";
     return text + what + " (bytes " + range_text(p) + ", " + std::to_string(tries) +
            (tries == 1 ? " try)" : " tries)");
@@ -376,8 +376,9 @@ class Object::Fetch {
     const auto now = Clock::now();
     for (const auto& s : active_)
       if (now - s->last_byte > limit)
-        return {ETIMEDOUT, obj_.url_ + ": " + verdict_text(Verdict::timed_out) + ": no bytes for " +
-                               std::to_string(o_.timeout_s) + " s (bytes " + range_text(parts_[s->index]) + ")"};
+        return fail_at(ETIMEDOUT, obj_.url_,
+                       std::string(verdict_text(Verdict::timed_out)) + ": no bytes for " +
+                           std::to_string(o_.timeout_s) + " s (bytes " + range_text(parts_[s->index]) + ")");
     return {};
   }
 
@@ -445,7 +446,7 @@ class Object::Fetch {
 Failure Object::fetch(uint64_t offset, uint64_t length, const Options& o, PartSink& sink,
                       const std::atomic<bool>* stop) {
   if (offset > size_ || length > size_ - offset)
-    return {EINVAL, url_ + ": range past the end of the " + std::to_string(size_) + "-byte object"};
+    return fail_at(EINVAL, url_, "range past the end of the " + std::to_string(size_) + "-byte object");
   if (length == 0) return sink.finish();
   std::unique_ptr<Client> client = take_client();
   Fetch f(*this, *client, o, plan_parts(offset, length, o.part_bytes), sink, stop);

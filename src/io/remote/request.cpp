@@ -1,10 +1,13 @@
 #include "io/remote/request.hpp"
 
+#include <strings.h>
+
 #include <cctype>
 #include <charconv>
 #include <cstdlib>
 #include <optional>
 
+#include "core/redact.hpp"
 #include "io/remote/aws.hpp"
 
 namespace gpufile::remote {
@@ -90,6 +93,25 @@ Transport transport_of(CURLcode rc) {
 
 size_t discard_body(char*, size_t size, size_t n, void*) { return size * n; }
 
+std::string shown(std::string_view url) { return redact_url(url); }
+
+Failure fail_at(int err, std::string_view url, std::string_view what) {
+  return {err, shown(url).append(": ").append(what)};
+}
+
+std::string transport_error(CURL* e, CURLcode rc, const std::string& asked) {
+  const Curl& c = *curl();
+  const char* effective = nullptr;
+  c.easy_getinfo(e, CURLINFO_EFFECTIVE_URL, &effective);
+  // libcurl refuses a redirect's scheme when it connects to the target, which is then the
+  // transfer's effective URL.
+  if (rc == CURLE_UNSUPPORTED_PROTOCOL && effective != nullptr && asked != effective)
+    return "refused a redirect to " + shown(effective) +
+           ": only http:// and https:// targets are followed, and from https:// only https://";
+  if (rc == CURLE_TOO_MANY_REDIRECTS) return "more than 5 redirects, the last to " + shown(effective ? effective : "?");
+  return c.easy_strerror(rc);
+}
+
 const char* verdict_text(Verdict v) {
   switch (v) {
     case Verdict::not_found:
@@ -109,6 +131,19 @@ const char* verdict_text(Verdict v) {
 
 namespace {
 
+// Certificates to trust besides (or instead of) the system's, as the curl tool and OpenSSL read
+// them: a bundle from CURL_CA_BUNDLE, else SSL_CERT_FILE (unless the S3 configuration named one:
+// AWS_CA_BUNDLE, the profile's ca_bundle), and a directory from SSL_CERT_DIR.
+void trust_from_environment(Request* req) {
+  auto env = [](const char* name) {
+    const char* v = std::getenv(name);
+    return v != nullptr && *v != '\0' ? std::string(v) : std::string();
+  };
+  if (req->ca_bundle.empty()) req->ca_bundle = env("CURL_CA_BUNDLE");
+  if (req->ca_bundle.empty()) req->ca_bundle = env("SSL_CERT_FILE");
+  req->ca_dir = env("SSL_CERT_DIR");
+}
+
 // Where an s3:// request goes and how it is signed, from aws.hpp's sources; `key` empty for the
 // bucket itself.
 Failure make_s3(const std::string& url, const S3Object& obj, bool bucket, Request* req) {
@@ -119,12 +154,13 @@ Failure make_s3(const std::string& url, const S3Object& obj, bool bucket, Reques
   req->ca_bundle = aws.ca_bundle;
   if (aws.has_credentials()) {
     if (!curl()->aws_sigv4)
-      return {ENOTSUP, url + ": signed S3 requests need libcurl 7.75 or newer"};
+      return fail_at(ENOTSUP, url, "signed S3 requests need libcurl 7.75 or newer");
     req->sigv4 = "aws:amz:" + addr.region + ":s3";
     req->user = aws.access_key;
     req->password = aws.secret_key;
     // S3 wants the payload's hash signed; reads have none, and uploads send it unsigned.
     req->headers.push_back("x-amz-content-sha256: UNSIGNED-PAYLOAD");
+    req->session_token = aws.session_token;
     if (!aws.session_token.empty())
       req->headers.push_back("x-amz-security-token: " + aws.session_token);
   }
@@ -134,30 +170,30 @@ Failure make_s3(const std::string& url, const S3Object& obj, bool bucket, Reques
 }  // namespace
 
 Failure Request::make(const std::string& url, const Url& parsed, std::unique_ptr<Request>* out) {
-  if (curl() == nullptr) return {ELIBACC, url + ": " + why_no_curl()};
+  if (curl() == nullptr) return fail_at(ELIBACC, url, why_no_curl());
   auto req = std::make_unique<Request>();
   std::string why;
   if (parsed.scheme == Scheme::s3) {
     std::optional<S3Object> s3 = parse_s3(parsed, &why);
-    if (!s3) return {EINVAL, url + ": " + why};
+    if (!s3) return fail_at(EINVAL, url, why);
     if (Failure f = make_s3(url, *s3, false, req.get()); !f.ok()) return f;
   } else {
     req->http_url = url;
     req->follow_redirects = true;
-    // As the curl tool reads it: certificates for https:// servers outside the system's store.
-    if (const char* bundle = std::getenv("CURL_CA_BUNDLE"); bundle != nullptr) req->ca_bundle = bundle;
   }
+  trust_from_environment(req.get());
   req->set_if_match("");
   *out = std::move(req);
   return {};
 }
 
 Failure Request::make_bucket(const std::string& url, const Url& parsed, std::unique_ptr<Request>* out) {
-  if (curl() == nullptr) return {ELIBACC, url + ": " + why_no_curl()};
+  if (curl() == nullptr) return fail_at(ELIBACC, url, why_no_curl());
   if (parsed.scheme != Scheme::s3 || parsed.host.empty())
-    return {EINVAL, url + ": not an s3:// URL of a bucket"};
+    return fail_at(EINVAL, url, "not an s3:// URL of a bucket");
   auto req = std::make_unique<Request>();
   if (Failure f = make_s3(url, S3Object{parsed.host, std::string()}, true, req.get()); !f.ok()) return f;
+  trust_from_environment(req.get());
   req->set_if_match("");
   *out = std::move(req);
   return {};
@@ -175,6 +211,33 @@ void Request::set_if_match(const std::string& etag) {
   if (!etag.empty()) list = c.slist_append(list, ("If-Match: " + etag).c_str());
 }
 
+std::string Request::server_text(std::string_view text) const {
+  std::string out = redact_text(text);
+  for (const std::string* secret : {&user, &password, &session_token}) {
+    if (secret->empty()) continue;
+    for (size_t at = out.find(*secret); at != std::string::npos; at = out.find(*secret, at + kRedacted.size()))
+      out.replace(at, secret->size(), kRedacted);
+  }
+  if (out.size() > 200) out.resize(200);
+  return out;
+}
+
+namespace {
+
+// Requests go to http(s):// only, and redirects too, never from https:// down to http://.
+void restrict_protocols(const Curl& c, CURL* e, bool tls) {
+  if (c.protocols_str) {
+    c.easy_setopt(e, CURLOPT_PROTOCOLS_STR, "http,https");
+    c.easy_setopt(e, CURLOPT_REDIR_PROTOCOLS_STR, tls ? "https" : "http,https");
+  } else {
+    const long both = CURLPROTO_HTTP | CURLPROTO_HTTPS;
+    c.easy_setopt(e, CURLOPT_PROTOCOLS, both);
+    c.easy_setopt(e, CURLOPT_REDIR_PROTOCOLS, tls ? static_cast<long>(CURLPROTO_HTTPS) : both);
+  }
+}
+
+}  // namespace
+
 void Request::apply(CURL* e, const Options& o, Response* r) const {
   const Curl& c = *curl();
   c.easy_setopt(e, CURLOPT_URL, http_url.c_str());
@@ -182,7 +245,7 @@ void Request::apply(CURL* e, const Options& o, Response* r) const {
   c.easy_setopt(e, CURLOPT_HTTP_VERSION, static_cast<long>(CURL_HTTP_VERSION_2TLS));
   // HTTP/2 (offered over TLS only, CURL_HTTP_VERSION_2TLS): wait to share a connection rather
   // than open more. Plain http:// is HTTP/1.1, one transfer per connection: no waiting there.
-  const bool tls = http_url.compare(0, 8, "https://") == 0;
+  const bool tls = strncasecmp(http_url.c_str(), "https://", 8) == 0;
   c.easy_setopt(e, CURLOPT_PIPEWAIT, tls ? 1L : 0L);
   // Body bytes arrive in pieces of at most this much: fewer receive calls and callbacks per
   // part than libcurl's 16 KiB (512 KiB is the largest every libcurl since 7.53 takes).
@@ -193,8 +256,16 @@ void Request::apply(CURL* e, const Options& o, Response* r) const {
   c.easy_setopt(e, CURLOPT_LOW_SPEED_TIME, static_cast<long>(o.timeout_s));
   c.easy_setopt(e, CURLOPT_FOLLOWLOCATION, follow_redirects ? 1L : 0L);
   c.easy_setopt(e, CURLOPT_MAXREDIRS, 5L);
+  restrict_protocols(c, e, tls);
+  // Credentials (a URL's user:password, SigV4) go to the host asked only, never to a redirect's
+  // other host; libcurl's default, set so that it stays so.
+  c.easy_setopt(e, CURLOPT_UNRESTRICTED_AUTH, 0L);
   c.easy_setopt(e, CURLOPT_HTTPHEADER, list);
+  // Verification is libcurl's default; set anyway, and never offered off.
+  c.easy_setopt(e, CURLOPT_SSL_VERIFYPEER, 1L);
+  c.easy_setopt(e, CURLOPT_SSL_VERIFYHOST, 2L);
   if (!ca_bundle.empty()) c.easy_setopt(e, CURLOPT_CAINFO, ca_bundle.c_str());
+  if (!ca_dir.empty()) c.easy_setopt(e, CURLOPT_CAPATH, ca_dir.c_str());
   if (!sigv4.empty()) {
     c.easy_setopt(e, CURLOPT_AWS_SIGV4, sigv4.c_str());
     c.easy_setopt(e, CURLOPT_USERNAME, user.c_str());

@@ -31,6 +31,12 @@ struct Failure {
   bool ok() const { return err == 0; }
 };
 
+// The failure "<url>: <what>", the URL shown as core/redact.hpp allows (no signatures, tokens or
+// passwords): every message about an object begins so.
+Failure fail_at(int err, std::string_view url, std::string_view what);
+// The URL as messages show it (core/redact.hpp's redact_url).
+std::string shown(std::string_view url);
+
 // What one reply said, gathered by the header callback (Request::apply installs it).
 struct Response {
   long status = 0;
@@ -46,6 +52,9 @@ struct Response {
 Transport transport_of(CURLcode rc);
 // A final verdict in words ("no such object or bucket", ...).
 const char* verdict_text(Verdict v);
+// What a failed transfer on `e` says: libcurl's words, or, for a redirect refused (to a scheme
+// other than http(s), or from https:// to http://), that and its target, redacted.
+std::string transport_error(CURL* e, CURLcode rc, const std::string& asked);
 // A body callback that keeps nothing.
 size_t discard_body(char*, size_t size, size_t n, void*);
 
@@ -53,8 +62,9 @@ struct Request {
   std::string http_url;
   bool follow_redirects = false;
   std::string sigv4;  // "aws:amz:REGION:s3"; empty: unsigned
-  std::string user, password;
+  std::string user, password, session_token;  // the SigV4 credentials, when signed
   std::string ca_bundle;             // CURLOPT_CAINFO; empty: libcurl's default (the system's)
+  std::string ca_dir;                // CURLOPT_CAPATH ($SSL_CERT_DIR); empty: libcurl's default
   std::vector<std::string> headers;  // besides If-Match
   curl_slist* list = nullptr;        // headers (+ If-Match)
 
@@ -68,6 +78,9 @@ struct Request {
   void set_if_match(const std::string& etag);
   // The options every request shares; `r` collects the reply's headers.
   void apply(CURL* e, const Options& o, Response* r) const;
+  // Text from a reply's body (an S3 error's Code or Message) fit for a message: at most 200
+  // characters, this request's credentials and URLs' secrets hidden (a server may echo them).
+  std::string server_text(std::string_view text) const;
 };
 
 }  // namespace gpufile::remote

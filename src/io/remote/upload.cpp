@@ -22,9 +22,9 @@ std::string part_limit_exceeded(unsigned number, uint64_t part_bytes) {
 Failure Upload::prepare(const std::string& url, const Options& options, std::unique_ptr<Upload>* out) {
   std::string why;
   std::optional<Url> parsed = parse_url(url, &why);
-  if (!parsed) return {EINVAL, url + ": " + why};
+  if (!parsed) return fail_at(EINVAL, url, why);
   if (parsed->scheme != Scheme::s3)
-    return {EROFS, url + ": http(s):// objects are read-only; only s3:// objects can be written"};
+    return fail_at(EROFS, url, "http(s):// objects are read-only; only s3:// objects can be written");
   std::unique_ptr<Upload> up(new Upload());
   up->url_ = url;
   up->options_ = options;
@@ -51,7 +51,7 @@ Failure Upload::begin() {
   if (Failure f = send("POST", "uploads=", "", 0, &reply); !f.ok()) return f;
   std::lock_guard lock(mu_);
   upload_id_ = xml_value(reply.body, "UploadId");
-  if (upload_id_.empty()) return {EIO, url_ + ": the server started no multipart upload"};
+  if (upload_id_.empty()) return fail_at(EIO, url_, "the server started no multipart upload");
   open_ = true;
   return {};
 }
@@ -60,14 +60,14 @@ Failure Upload::put_part(unsigned number, const char* data, uint64_t len) {
   std::string query;
   {
     std::lock_guard lock(mu_);
-    if (!open_) return {EBADF, url_ + ": the upload is over"};
+    if (!open_) return fail_at(EBADF, url_, "the upload is over");
     if (std::string why = part_limit_exceeded(number, len); !why.empty())
-      return {EFBIG, url_ + ": part " + std::to_string(number) + ": " + why};
+      return fail_at(EFBIG, url_, "part " + std::to_string(number) + ": " + why);
     query = "partNumber=" + std::to_string(number) + "&uploadId=" + encode_key(upload_id_);
   }
   Reply reply;
   if (Failure f = send("PUT", query, data, len, &reply); !f.ok()) return f;
-  if (reply.response.etag.empty()) return {EIO, url_ + ": the server gave a part no ETag"};
+  if (reply.response.etag.empty()) return fail_at(EIO, url_, "the server gave a part no ETag");
   std::lock_guard lock(mu_);
   if (etags_.size() < number) etags_.resize(number);
   etags_[number - 1] = reply.response.etag;
@@ -78,8 +78,8 @@ Failure Upload::complete(unsigned parts) {
   std::string xml = "<CompleteMultipartUpload>";
   {
     std::lock_guard lock(mu_);
-    if (!open_) return {EBADF, url_ + ": the upload is over"};
-    if (etags_.size() < parts) return {EIO, url_ + ": a part of the upload was not put"};
+    if (!open_) return fail_at(EBADF, url_, "the upload is over");
+    if (etags_.size() < parts) return fail_at(EIO, url_, "a part of the upload was not put");
     for (unsigned i = 0; i < parts; ++i)
       xml += "<Part><PartNumber>" + std::to_string(i + 1) + "</PartNumber><ETag>" + etags_[i] +
              "</ETag></Part>";
@@ -91,7 +91,8 @@ Failure Upload::complete(unsigned parts) {
     return f;
   // S3 may answer 200 and still fail: the error is in the body.
   if (const std::string code = xml_value(reply.body, "Code"); !code.empty())
-    return {EIO, url_ + ": completing the upload failed: " + code + ": " + xml_value(reply.body, "Message")};
+    return fail_at(EIO, url_, "completing the upload failed: " +
+                                  request_->server_text(code + ": " + xml_value(reply.body, "Message")));
   std::lock_guard lock(mu_);
   open_ = false;
   return {};
@@ -127,7 +128,7 @@ void Upload::give_easy(CURL* e) {
 Failure Upload::send(const char* method, const std::string& query, const char* body, uint64_t len,
                      Reply* reply) {
   CURL* e = take_easy();
-  if (e == nullptr) return {ENOMEM, url_ + ": curl_easy_init failed"};
+  if (e == nullptr) return fail_at(ENOMEM, url_, "curl_easy_init failed");
   Failure f = remote::send(e, *request_, options_, url_, Call{method, query, body, len}, reply);
   give_easy(e);
   return f;

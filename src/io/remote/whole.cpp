@@ -38,12 +38,12 @@ size_t keep_object(char* data, size_t size, size_t n, void* user) {
   return bytes;
 }
 
-std::string failure_text(const std::string& url, Verdict v, CURLcode rc, long status,
-                         unsigned tries) {
-  std::string what = url + ": ";
+std::string failure_text(const std::string& url, CURL* e, const Request& request, Verdict v,
+                         CURLcode rc, long status, unsigned tries) {
+  std::string what = shown(url) + ": ";
   if (v != Verdict::retry && v != Verdict::failed) what += std::string(verdict_text(v)) + ": ";
   if (rc != CURLE_OK)
-    what += curl()->easy_strerror(rc);
+    what += transport_error(e, rc, request.http_url);
   else if (status == 200)
     what += "short body";
   else
@@ -56,12 +56,12 @@ std::string failure_text(const std::string& url, Verdict v, CURLcode rc, long st
 Failure get_whole(const std::string& url, const Options& o, uint64_t max_bytes, WholeObject* out) {
   std::string why;
   std::optional<Url> parsed = parse_url(url, &why);
-  if (!parsed) return {EINVAL, url + ": " + why};
+  if (!parsed) return fail_at(EINVAL, url, why);
   std::unique_ptr<Request> request;
   if (Failure f = Request::make(url, *parsed, &request); !f.ok()) return f;
   const Curl& c = *curl();
   std::unique_ptr<CURL, void (*)(CURL*)> e(c.easy_init(), c.easy_cleanup);
-  if (!e) return {ENOMEM, url + ": curl_easy_init failed"};
+  if (!e) return fail_at(ENOMEM, url, "curl_easy_init failed");
   for (unsigned attempt = 0;; ++attempt) {
     Response r;
     out->bytes.clear();
@@ -73,7 +73,7 @@ Failure get_whole(const std::string& url, const Options& o, uint64_t max_bytes, 
     const CURLcode rc = c.easy_perform(e.get());
     if (body.too_big) {
       out->bytes = std::string();
-      return {EFBIG, url + ": the object is larger than " + std::to_string(max_bytes) + " bytes"};
+      return fail_at(EFBIG, url, "the object is larger than " + std::to_string(max_bytes) + " bytes");
     }
     curl_off_t length = -1;
     c.easy_getinfo(e.get(), CURLINFO_CONTENT_LENGTH_DOWNLOAD_T, &length);
@@ -89,7 +89,7 @@ Failure get_whole(const std::string& url, const Options& o, uint64_t max_bytes, 
       std::this_thread::sleep_for(std::chrono::milliseconds(retry_wait_ms(attempt, o.backoff_ms)));
       continue;
     }
-    return {verdict_errno(v), failure_text(url, v, rc, r.status, attempt + 1)};
+    return {verdict_errno(v), failure_text(url, e.get(), *request, v, rc, r.status, attempt + 1)};
   }
 }
 
