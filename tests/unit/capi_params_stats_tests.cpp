@@ -178,12 +178,17 @@ TEST_F(CapiTest, MinMax) {
 
 TEST_F(CapiTest, PosixPoolSlabArray) {
   size_t sizes[4], counts[4];
-  // Defaults, and len must be exactly the number of slabs.
+  // Closed and unstaged, the pool has no slabs: every length is refused (NVIDIA's library,
+  // tests/conformance, section params-closed).
+  EXPECT_CUFILE(cuFileGetParameterPosixPoolSlabArray(sizes, counts, 3), CU_FILE_INVALID_VALUE);
+  // Open: the defaults, and len must be exactly the number of slabs.
+  fake::set_driver_open(true, Settings{});
   EXPECT_CUFILE(cuFileGetParameterPosixPoolSlabArray(sizes, counts, 2), CU_FILE_INVALID_VALUE);
   EXPECT_CUFILE(cuFileGetParameterPosixPoolSlabArray(sizes, counts, 4), CU_FILE_INVALID_VALUE);
   EXPECT_CUFILE(cuFileGetParameterPosixPoolSlabArray(sizes, counts, 3), CU_FILE_SUCCESS);
   EXPECT_EQ(sizes[2], 16384u);
   EXPECT_EQ(counts[0], 128u);
+  fake::set_driver_open(false, Settings{});
   const size_t new_sizes[] = {64, 256};
   const size_t new_counts[] = {8, 2};
   EXPECT_CUFILE(cuFileSetParameterPosixPoolSlabArray(new_sizes, new_counts, 2), CU_FILE_SUCCESS);
