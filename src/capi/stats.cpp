@@ -207,7 +207,15 @@ GPUFILE_EXPORT CUfileError_t cuFileGetStatsLevel(int* level) {
 
 GPUFILE_EXPORT CUfileError_t cuFileStatsStart(void) { return capi::when_open(__func__, stats::start); }
 
-GPUFILE_EXPORT CUfileError_t cuFileStatsStop(void) { return capi::when_open(__func__, stats::stop); }
+// NVIDIA's library also drops the level to 0 here (tests/conformance, section stats): the
+// getters then refuse until cuFileSetStatsLevel raises it again.
+GPUFILE_EXPORT CUfileError_t cuFileStatsStop(void) {
+  return capi::when_open(__func__, [] {
+    stats::stop();
+    with_open_settings([](Settings& s) { s.stats_level = 0; });
+    stats::set_level(0);
+  });
+}
 
 GPUFILE_EXPORT CUfileError_t cuFileStatsReset(void) { return capi::when_open(__func__, stats::reset); }
 

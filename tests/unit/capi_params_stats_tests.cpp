@@ -237,6 +237,12 @@ TEST_F(CapiTest, StartStopResetNeedAnOpenDriver) {
   ASSERT_EQ(cuFileSetStatsLevel(1).err, CU_FILE_SUCCESS);
   EXPECT_CUFILE(cuFileStatsStop(), CU_FILE_SUCCESS);
   EXPECT_FALSE(stats::started());
+  // Stopping drops the level to 0, as NVIDIA's library does (tests/conformance, section stats).
+  int level = -1;
+  EXPECT_CUFILE(cuFileGetStatsLevel(&level), CU_FILE_SUCCESS);
+  EXPECT_EQ(level, 0);
+  EXPECT_EQ(fake::open_settings().stats_level, 0);
+  ASSERT_EQ(cuFileSetStatsLevel(1).err, CU_FILE_SUCCESS);
   EXPECT_CUFILE(cuFileStatsStart(), CU_FILE_SUCCESS);
   EXPECT_TRUE(stats::started());
   stats::record_call(stats::Op::read, 10, 10, true);
