@@ -648,36 +648,23 @@ static void s_handles(void) {
   make_file(shm_path);
   open_driver("open");
 
-  int fd = open(path, O_RDONLY | O_DIRECT);
-  try_handle("file-odirect-rdonly", fd);
-  close(fd);
-  fd = open(path, O_RDONLY);
-  try_handle("file-buffered-rdonly", fd);
-  close(fd);
-  fd = open(path, O_RDWR);
-  try_handle("file-buffered-rdwr", fd);
-  close(fd);
-  fd = open(path, O_WRONLY | O_DIRECT);
-  try_handle("file-odirect-wronly", fd);
-  close(fd);
-  fd = open(path, O_RDWR | O_APPEND);
-  try_handle("file-append", fd);
-  close(fd);
-  fd = open(path, O_RDONLY | O_NONBLOCK);
-  try_handle("file-nonblock", fd);
-  close(fd);
-  fd = open(path, O_RDONLY | O_NOFOLLOW);
-  try_handle("file-nofollow", fd);
-  close(fd);
-  fd = open(path, O_RDONLY | O_NOATIME);
-  try_handle("file-noatime", fd);
-  if (fd >= 0) close(fd);
-  fd = open(path, O_RDONLY | O_CLOEXEC);
-  try_handle("file-cloexec", fd);
-  close(fd);
-  fd = open(shm_path, O_RDONLY);
-  try_handle("tmpfs-buffered", fd);
-  close(fd);
+  static const struct {
+    const char *step;
+    int flags;
+    int on_tmpfs;
+  } opens[] = {
+      {"file-odirect-rdonly", O_RDONLY | O_DIRECT, 0}, {"file-buffered-rdonly", O_RDONLY, 0},
+      {"file-buffered-rdwr", O_RDWR, 0},               {"file-odirect-wronly", O_WRONLY | O_DIRECT, 0},
+      {"file-append", O_RDWR | O_APPEND, 0},           {"file-nonblock", O_RDONLY | O_NONBLOCK, 0},
+      {"file-nofollow", O_RDONLY | O_NOFOLLOW, 0},     {"file-noatime", O_RDONLY | O_NOATIME, 0},
+      {"file-cloexec", O_RDONLY | O_CLOEXEC, 0},       {"tmpfs-buffered", O_RDONLY, 1},
+  };
+  for (size_t i = 0; i < sizeof opens / sizeof opens[0]; ++i) {
+    int fd = open(opens[i].on_tmpfs ? shm_path : path, opens[i].flags);
+    try_handle(opens[i].step, fd);
+    if (fd >= 0) close(fd);
+  }
+  int fd;
   fd = open(shm_path, O_RDONLY | O_DIRECT);
   out("tmpfs-odirect-open", "%s", fd >= 0 ? "opened" : "refused by the kernel");
   if (fd >= 0) close(fd);
