@@ -205,6 +205,16 @@ def machine(shell):
     return {"gpus": gpus, "cores": os.cpu_count(), "kernel": platform.release(), "commit": commit or "unknown"}
 
 
+def multi_gpu_args(ap):
+    """The flags bench/host_model.py and bench/multi_gpu.py share: the build, the output folder,
+    the data files' directory and size, and how many GPUs."""
+    ap.add_argument("--build", default="/tmp/gb", help="the build with cli/gpufile and bench/gpufile_compare")
+    ap.add_argument("--out", default=os.environ.get("OUT", "/tmp/gpufile-out"))
+    ap.add_argument("--dir", default="/root", help="the ext4 directory of the data files (/root)")
+    ap.add_argument("--size-mib", type=int, default=4096, help="each GPU's data file (4096 MiB)")
+    ap.add_argument("--gpus", type=int, default=0, help="use the first N GPUs (default: all)")
+
+
 def gpu_files(directory, gpus, size, say=print):
     """One data file of `size` random bytes a GPU, DIR/gpufile-gpu<g>.bin (the pattern for
     gpufile_compare is DIR/gpufile-gpu%d.bin), made side by side where missing or of another

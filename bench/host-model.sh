@@ -30,15 +30,6 @@
 #   GPUFILE_CUDA_LIBRARY=$PWD/build/x/tests/support/fakecuda/libcuda.so.1 FAKECUDA_DEVICES=4 \
 #     bash bench/host-model.sh --build build/x --dir /var/tmp --size-mib 64 --seconds 0.3 --memcpy-mib 64
 set -uo pipefail
-cd "$(dirname "$0")/.." || exit 1
-export OUT=${OUT:-/tmp/gpufile-out}
-mkdir -p "$OUT"
-build=/tmp/gb
-for ((i = 1; i <= $#; i++)); do [ "${!i}" = --build ] && { j=$((i + 1)); build=${!j}; }; done
-if [ ! -x "$build/bench/gpufile_compare" ]; then
-  echo "host-model: building gpufile_compare into $build (log: $OUT/host-model-build.log)"
-  bash bench/gpu-build.sh "$build" gpufile_compare gpufile_cli >"$OUT/host-model-build.log" 2>&1 ||
-    { tail -20 "$OUT/host-model-build.log"; exit 1; }
-fi
-export PYTHONUNBUFFERED=1
+# shellcheck source=bench/gpu-prologue.sh
+source "$(dirname "$0")/gpu-prologue.sh" "$@"
 exec timeout -k 10 "${HOST_MODEL_LIMIT:-330}" python3 bench/host_model.py --build "$build" --out "$OUT" "$@"

@@ -44,14 +44,10 @@ PATHS = (  # name, host memory crossings a byte, the stage of its own, what the 
 
 def parse_args():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--build", default="/tmp/gb", help="the build with bench/gpufile_compare (/tmp/gb)")
-    ap.add_argument("--out", default=os.environ.get("OUT", "/tmp/gpufile-out"))
-    ap.add_argument("--dir", default="/root", help="the ext4 directory of the data files (/root)")
-    ap.add_argument("--size-mib", type=int, default=4096, help="each GPU's data file (4096 MiB)")
+    benchlib.multi_gpu_args(ap)
     ap.add_argument("--seconds", type=float, default=2, help="each timed point (2)")
     ap.add_argument("--memcpy-mib", type=int, default=1024, help="each of memcpy's two buffers (1024 MiB)")
     ap.add_argument("--threads", default="1,2,4,8,16,32", help="thread counts of memcpy and pread")
-    ap.add_argument("--gpus", type=int, default=0, help="use the first N GPUs (default: all)")
     ap.add_argument("--no-disk", action="store_true", help="skip the O_DIRECT read of the disk")
     return ap.parse_args()
 

@@ -29,24 +29,17 @@
 # (every row with its command and per-GPU figures) and multi-gpu.log (every command's output).
 #
 # Here, without a GPU, against the CUDA test double (timings mean nothing; Python and torchrun
-# rows fail or skip where the package or torch is missing, and say so):
+# rows fail or skip where the package or torch is missing, and say so; for the Python rows, build
+# the extension with -DGPUFILE_PYTHON=ON, target _gpufile, and add
+# PYTHONPATH=$PWD/build/x/python:$PWD/bench/standin, the stand-in for CuPy):
 #   GPUFILE_CUDA_LIBRARY=$PWD/build/x/tests/support/fakecuda/libcuda.so.1 FAKECUDA_DEVICES=4 \
-#     bash bench/multi-gpu-run.sh --build build/x --dir /var/tmp --size-mib 64 --seconds 1 --ceiling-seconds 0.3
+#     bash bench/multi-gpu-run.sh --build build/x --dir /var/tmp --size-mib 256 --seconds 1 --ceiling-seconds 0.3
 set -uo pipefail
-cd "$(dirname "$0")/.." || exit 1
-export OUT=${OUT:-/tmp/gpufile-out}
-mkdir -p "$OUT"
-build=/tmp/gb
-for ((i = 1; i <= $#; i++)); do [ "${!i}" = --build ] && { j=$((i + 1)); build=${!j}; }; done
-if [ ! -x "$build/cli/gpufile" ] || [ ! -x "$build/bench/gpufile_compare" ]; then
-  echo "multi-gpu: building gpufile and gpufile_compare into $build (log: $OUT/multi-gpu-build.log)"
-  bash bench/gpu-build.sh "$build" gpufile_cli gpufile_compare >"$OUT/multi-gpu-build.log" 2>&1 ||
-    { tail -20 "$OUT/multi-gpu-build.log"; exit 1; }
-fi
+# shellcheck source=bench/gpu-prologue.sh
+source "$(dirname "$0")/gpu-prologue.sh" "$@"
 export PYTHONPATH=/tmp/gpufile-py${PYTHONPATH:+:$PYTHONPATH}
 if ! python3 -c 'import gpufile' 2>/dev/null && [ -d .peers/deps ]; then
   echo "multi-gpu: installing the Python package into /tmp/gpufile-py (log: $OUT/multi-gpu-py.log)"
   bash bench/python-gpu-setup.sh >"$OUT/multi-gpu-py.log" 2>&1 || tail -20 "$OUT/multi-gpu-py.log"
 fi
-export PYTHONUNBUFFERED=1
 exec timeout -k 10 "${MULTI_GPU_LIMIT:-330}" python3 bench/multi_gpu.py --build "$build" --out "$OUT" "$@"
