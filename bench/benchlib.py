@@ -6,9 +6,12 @@ import ctypes
 import json
 import os
 import re
+import platform
 import resource
 import subprocess
 import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
 
 GIB = 1 << 30
 MIB = 1 << 20
@@ -48,6 +51,35 @@ class Shell:
         self.log.write(f"$ {shown + ' ' if shown else ''}{' '.join(cmd)}\n{p.stdout}{p.stderr}\n")
         self.log.flush()
         return p
+
+    def run_together(self, cmds, envs=None, timeout=600):
+        """Starts every command at once (one process each; `envs` their added environments) and
+        waits for all: their CompletedProcesses, in order. A command still running `timeout`
+        seconds after the start is killed and gets exit 124, as `timeout` gives."""
+        envs = envs or [{}] * len(cmds)
+        procs = [subprocess.Popen(c, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                  env=dict(os.environ, **e), start_new_session=True)
+                 for c, e in zip(cmds, envs)]
+        deadline = time.monotonic() + timeout
+        done = []
+        try:
+            for c, e, proc in zip(cmds, envs, procs):
+                try:
+                    out, err = proc.communicate(timeout=max(0.1, deadline - time.monotonic()))
+                    rc = proc.returncode
+                except subprocess.TimeoutExpired:
+                    os.killpg(proc.pid, 9)  # the process and whatever it started
+                    out, err = proc.communicate()
+                    rc, err = 124, err + f"timed out after {timeout} s"
+                shown = " ".join(f"{k}={v}" for k, v in e.items())
+                self.log.write(f"$ {shown + ' ' if shown else ''}{' '.join(c)} &\n{out}{err}\n")
+                done.append(subprocess.CompletedProcess(c, rc, out, err))
+        finally:  # stopped from outside (SIGTERM from `timeout`): leave no process behind
+            for proc in procs:
+                if proc.poll() is None:
+                    os.killpg(proc.pid, 9)
+        self.log.flush()
+        return done
 
 
 def failure(p):
@@ -141,12 +173,84 @@ def warm(path, times=1):
                 pass
 
 
-def make_random_file(path, size):
+def gpu_count():
+    """How many GPUs the CUDA driver shows this process (GPUFILE_CUDA_LIBRARY's double, else
+    libcuda.so.1); 0 without a driver."""
+    try:
+        cu = ctypes.CDLL(os.environ.get("GPUFILE_CUDA_LIBRARY") or "libcuda.so.1")
+    except OSError:
+        return 0
+    n = ctypes.c_int(0)
+    if cu.cuInit(0) or cu.cuDeviceGetCount(ctypes.byref(n)):
+        return 0
+    return n.value
+
+
+def machine(shell):
+    """{gpus, cores, kernel, commit} of this run: nvidia-smi's names, os.cpu_count, uname, and
+    GPUFILE_COMMIT or the checkout's commit (the device machine's copy may have no .git)."""
+    try:
+        p = shell.run(["nvidia-smi", "--query-gpu=name,driver_version", "--format=csv,noheader"])
+        gpus = "; ".join(sorted(set(p.stdout.strip().splitlines()))) or "no GPU"
+    except FileNotFoundError:
+        gpus = "no GPU (no nvidia-smi)"
+    commit = os.environ.get("GPUFILE_COMMIT")
+    if not commit:
+        try:
+            here = os.path.dirname(os.path.abspath(__file__))
+            commit = subprocess.run(["git", "-C", here, "rev-parse", "--short", "HEAD"], capture_output=True,
+                                    text=True).stdout.strip()
+        except FileNotFoundError:
+            pass
+    return {"gpus": gpus, "cores": os.cpu_count(), "kernel": platform.release(), "commit": commit or "unknown"}
+
+
+def multi_gpu_args(ap):
+    """The flags bench/host_model.py and bench/multi_gpu.py share: the build, the output folder,
+    the data files' directory and size, and how many GPUs."""
+    ap.add_argument("--build", default="/tmp/gb", help="the build with cli/gpufile and bench/gpufile_compare")
+    ap.add_argument("--out", default=os.environ.get("OUT", "/tmp/gpufile-out"))
+    ap.add_argument("--dir", default="/root", help="the ext4 directory of the data files (/root)")
+    ap.add_argument("--size-mib", type=int, default=4096, help="each GPU's data file (4096 MiB)")
+    ap.add_argument("--gpus", type=int, default=0, help="use the first N GPUs (default: all)")
+
+
+def gpu_files(directory, gpus, size, say=print):
+    """One data file of `size` random bytes a GPU, DIR/gpufile-gpu<g>.bin (the pattern for
+    gpufile_compare is DIR/gpufile-gpu%d.bin), made side by side where missing or of another
+    size, synced; then each read twice through the page cache (warm). Kept for the next
+    harness of the same call (host-model.sh, then multi-gpu-run.sh)."""
+    paths = [os.path.join(directory, f"gpufile-gpu{g}.bin") for g in range(gpus)]
+    missing = [f for f in paths if not os.path.exists(f) or os.path.getsize(f) != size]
+    with ThreadPoolExecutor(max(1, gpus)) as pool:
+        if missing:
+            say(f"data: {len(missing)} files of {size // MIB} MiB of random bytes in {directory}")
+            list(pool.map(lambda f: make_random_file(f, size, sync=False), missing))
+            os.sync()
+        list(pool.map(lambda f: warm(f, 2), paths))
+    return paths
+
+
+def h2d_together(shell, tool, source, gpu_sets, seconds, timeout):
+    """`gpufile_compare h2d-all` (8 threads a GPU, 16 MiB copies, from pinned memory with source
+    "-", else from the registered files of that pattern), one process for each comma list of
+    GPUs in `gpu_sets`, started together; with more than one process the copies start at one
+    moment after every set-up (GPUFILE_COMPARE_START_AT), so that they overlap. The processes'
+    parse_compare results, in order."""
+    cmds = [[tool, "h2d-all", "8", "16384", str(seconds), source, s] for s in gpu_sets]
+    envs = None
+    if len(cmds) > 1:  # a context, 1 GiB pinned or a file registered, before the stretch
+        envs = [{"GPUFILE_COMPARE_START_AT": f"{time.time() + 4 + 0.25 * len(cmds):.3f}"}] * len(cmds)
+    return cmds, [parse_compare(p) for p in shell.run_together(cmds, envs, timeout)]
+
+
+def make_random_file(path, size, sync=True):
     """`size` bytes from /dev/urandom, written in 16 MiB pieces and synced."""
     with open("/dev/urandom", "rb") as src, open(path, "wb") as dst:
         for done in range(0, size, 16 * MIB):
             dst.write(src.read(min(16 * MIB, size - done)))
-    os.sync()
+    if sync:
+        os.sync()
 
 
 class DriverArray:

@@ -37,7 +37,6 @@ import json
 import os
 import platform
 import shutil
-import subprocess
 import sys
 import time
 
@@ -500,21 +499,9 @@ class Run:
     # ---- the run ---------------------------------------------------------------------------
 
     def describe_machine(self):
-        try:
-            p = self.shell.run(["nvidia-smi", "--query-gpu=name,driver_version", "--format=csv,noheader"])
-            self.machine = p.stdout.strip() or "no GPU"
-        except FileNotFoundError:
-            self.machine = "no GPU (no nvidia-smi)"
-        self.commit = os.environ.get("GPUFILE_COMMIT") or self.git_commit()
-        self.say(f"machine: {self.machine}; {os.cpu_count()} cores; Linux {platform.release()}; gpufile {self.commit}")
-
-    @staticmethod
-    def git_commit():
-        try:
-            return subprocess.run(["git", "-C", HERE, "rev-parse", "--short", "HEAD"], capture_output=True,
-                                  text=True).stdout.strip() or "unknown"
-        except FileNotFoundError:
-            return "unknown"
+        m = benchlib.machine(self.shell)
+        self.machine, self.commit = m["gpus"], m["commit"]
+        self.say(f"machine: {self.machine}; {m['cores']} cores; Linux {m['kernel']}; gpufile {self.commit}")
 
     def run(self, sections):
         plan = self.estimates(sections)

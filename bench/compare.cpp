@@ -6,14 +6,22 @@
 //                               pinned = gpufile's staging memory (cuda::alloc_pinned)
 //   h2d-hostalloc               the same from cuMemHostAlloc memory (the driver's own pinning)
 //   d2h-pinned / d2h-pageable / d2h-hostalloc   the same, GPU -> host
-//   h2d-all [THREADS [IO_KIB [SECONDS [FILE]]]]
+//   h2d-all [THREADS [IO_KIB [SECONDS [FILE [GPUS]]]]]
 //                               one process feeding every GPU at once: THREADS (8) threads a GPU,
 //                               each copying IO_KIB (16384) pieces synchronously (an async copy on
 //                               a stream of its own, then a stream sync) into its GPU for SECONDS
 //                               (5). The source is 1 GiB of pinned staging memory a GPU or, given
-//                               FILE ("%d" in it becomes the GPU's ordinal), that file mapped and
-//                               registered in 64 MiB windows as page-cache DMA registers them (warm
-//                               it first). One process's ceiling for "one process for all GPUs"
+//                               FILE ("%d" in it becomes the GPU's ordinal; "-" for none), that
+//                               file mapped and registered in 64 MiB windows as page-cache DMA
+//                               registers them (warm it first). One process's ceiling for "one
+//                               process for all GPUs". GPUS: a comma list of ordinals to feed
+//                               (default all). With GPUFILE_COMPARE_START_AT=<epoch seconds> the
+//                               copies start at that time, after the set-up: processes started
+//                               together then copy over the same stretch (bench/host-model.sh)
+//   memcpy [THREADS [MIB [SECONDS]]]
+//                               THREADS (1) threads copy their slices of one MIB (1024) buffer
+//                               into their slices of another, over and over for SECONDS (2):
+//                               host memory's copy bandwidth (each byte read once, written once)
 //   register-files FILE [WINDOW_MIB [PARALLEL]]
 //                               maps every GPU's FILE ("%d" as in h2d-all) and registers it in
 //                               WINDOW_MIB (64) windows, one file after another or (PARALLEL 1)
@@ -369,18 +377,53 @@ int register_files(const char* pattern, uint64_t window, bool parallel) {
   return ok ? 0 : fail("register");
 }
 
-int h2d_all(int threads, uint64_t io, double seconds, const char* file_pattern) {
-  int gpus = 0;
-  if (d->DeviceGetCount(&gpus) || gpus < 1 || threads < 1 || io == 0) return fail("no GPU / args");
-  std::vector<GpuFeed> feeds(gpus);
-  for (int g = 0; g < gpus; ++g) {
-    GpuFeed& f = feeds[g];
+// The GPU ordinals a comma list names ("all" or empty: every GPU); empty if one is out of range.
+std::vector<int> gpu_list(const std::string& list, int count) {
+  std::vector<int> out;
+  if (list.empty() || list == "all") {
+    for (int g = 0; g < count; ++g) out.push_back(g);
+    return out;
+  }
+  for (size_t at = 0; at <= list.size();) {
+    size_t comma = list.find(',', at);
+    if (comma == std::string::npos) comma = list.size();
+    char* end = nullptr;
+    const long g = std::strtol(list.c_str() + at, &end, 10);
+    if (comma == at || end != list.c_str() + comma || g < 0 || g >= count) return {};
+    out.push_back(static_cast<int>(g));
+    at = comma + 1;
+  }
+  return out;
+}
+
+// Waits until GPUFILE_COMPARE_START_AT (seconds since the epoch), so that processes started
+// together measure the same stretch whatever their set-up took. Returns how late it was (0 if
+// on time or unset): a late process copied alone for a while, and its line says so.
+double wait_for_start() {
+  const char* at = std::getenv("GPUFILE_COMPARE_START_AT");
+  if (at == nullptr || *at == 0) return 0;
+  const auto start = std::chrono::system_clock::time_point(
+      std::chrono::duration_cast<std::chrono::system_clock::duration>(
+          std::chrono::duration<double>(std::atof(at))));
+  const double late = std::chrono::duration<double>(std::chrono::system_clock::now() - start).count();
+  if (late < 0) std::this_thread::sleep_until(start);
+  return std::max(0.0, late);
+}
+
+int h2d_all(int threads, uint64_t io, double seconds, const char* file_pattern, const std::string& gpu_names) {
+  int count = 0;
+  if (d->DeviceGetCount(&count) || count < 1 || threads < 1 || io == 0) return fail("no GPU / args");
+  const std::vector<int> gpus = gpu_list(gpu_names, count);
+  if (gpus.empty()) return fail("GPUS: a comma list of GPU ordinals, or all");
+  std::vector<GpuFeed> feeds(gpus.size());
+  for (size_t k = 0; k < gpus.size(); ++k) {
+    GpuFeed& f = feeds[k];
     cuda::CUdevice dev = 0;
-    if (d->DeviceGet(&dev, g) || d->DevicePrimaryCtxRetain(&f.ctx, dev) || d->CtxSetCurrent(f.ctx))
+    if (d->DeviceGet(&dev, gpus[k]) || d->DevicePrimaryCtxRetain(&f.ctx, dev) || d->CtxSetCurrent(f.ctx))
       return fail("context");
     if (file_pattern != nullptr) {
       char path[4096];
-      std::snprintf(path, sizeof path, file_pattern, g);
+      std::snprintf(path, sizeof path, file_pattern, gpus[k]);
       f.host = registered_file(path, &f.host_bytes);
     } else {
       f.host_bytes = 1ull << 30;
@@ -389,13 +432,13 @@ int h2d_all(int threads, uint64_t io, double seconds, const char* file_pattern) 
     if (f.host == nullptr || f.host_bytes < io || d->MemAlloc(&f.slots, io * threads))
       return fail("source / device alloc");
   }
+  const double late = wait_for_start();
   std::atomic<bool> stop{false}, ok{true};
   Timer t;
   std::vector<std::thread> pool;
-  for (int g = 0; g < gpus; ++g)
+  for (GpuFeed& f : feeds)
     for (int i = 0; i < threads; ++i)
-      pool.emplace_back([&, g, i] {
-        GpuFeed& f = feeds[g];
+      pool.emplace_back([&, i] {
         cuda::CUstream s = nullptr;
         if (d->CtxSetCurrent(f.ctx) || d->StreamCreate(&s, 1 /* non-blocking */)) return void(ok = false);
         const uint64_t pieces = f.host_bytes / io;
@@ -412,18 +455,65 @@ int h2d_all(int threads, uint64_t io, double seconds, const char* file_pattern) 
   for (auto& th : pool) th.join();
   if (!ok) return fail("copy");
   uint64_t total = 0;
-  std::string each;
+  std::string each, names;
   const double s = std::chrono::duration<double>(Clock::now() - t.t0).count();
-  for (GpuFeed& f : feeds) {
-    total += f.moved;
+  for (size_t k = 0; k < feeds.size(); ++k) {
+    total += feeds[k].moved;
     char one[32];
-    std::snprintf(one, sizeof one, "%s%.2f", each.empty() ? "" : " + ", f.moved / kGiB / s);
+    std::snprintf(one, sizeof one, "%s%.2f", k ? " + " : "", feeds[k].moved / kGiB / s);
     each += one;
+    names += (k ? "," : "") + std::to_string(gpus[k]);
   }
+  char lateness[48] = "";
+  if (late > 0) std::snprintf(lateness, sizeof lateness, "; started %.3f s late", late);
   t.report("h2d-all", total,
-           "(" + std::to_string(gpus) + " GPUs x " + std::to_string(threads) + " threads, " +
+           "(" + std::to_string(gpus.size()) + " GPUs x " + std::to_string(threads) + " threads, " +
                std::to_string(io >> 10) + " KiB, " + (file_pattern ? "registered file" : "pinned") +
-               "; per GPU " + each + " GiB/s)");
+               "; GPUs " + names + "; per GPU " + each + " GiB/s" + lateness + ")");
+  return 0;
+}
+
+// THREADS threads copying their slices of one host buffer into another, as the `memcpy` mode's
+// header says. Each thread faults its own slices in first (the pages then sit on its NUMA node,
+// as a worker's staging would); the copies start together once all have.
+int memcpy_ceiling(int threads, uint64_t bytes, double seconds) {
+  constexpr uint64_t kChunk = 64ull << 20;  // between looks at the clock's stop flag
+  const uint64_t per_thread = threads > 0 ? bytes / threads / 4096 * 4096 : 0;
+  if (threads < 1 || threads > 1024 || per_thread == 0 || seconds <= 0) return fail("THREADS / MIB / SECONDS");
+  char* src = static_cast<char*>(aligned_alloc(4096, per_thread * threads));
+  char* dst = static_cast<char*>(aligned_alloc(4096, per_thread * threads));
+  if (src == nullptr || dst == nullptr) return fail("alloc");
+  std::atomic<int> ready{0};
+  std::atomic<bool> go{false}, stop{false};
+  std::atomic<uint64_t> copied{0};
+  std::vector<std::thread> pool;
+  for (int i = 0; i < threads; ++i)
+    pool.emplace_back([&, i] {
+      char* from = src + i * per_thread;
+      char* to = dst + i * per_thread;
+      std::memset(from, i + 1, per_thread);
+      std::memset(to, 0, per_thread);
+      ready.fetch_add(1);
+      while (!go.load()) std::this_thread::yield();
+      uint64_t mine = 0;
+      for (uint64_t off = 0; !stop.load(std::memory_order_relaxed);) {
+        const uint64_t n = std::min(kChunk, per_thread - off);
+        std::memcpy(to + off, from + off, n);
+        mine += n;
+        off = off + n == per_thread ? 0 : off + n;
+      }
+      copied.fetch_add(mine);
+    });
+  while (ready.load() < threads) std::this_thread::yield();
+  Timer t;
+  go = true;
+  std::this_thread::sleep_for(std::chrono::duration<double>(seconds));
+  stop = true;
+  for (auto& th : pool) th.join();
+  t.report("memcpy", copied, "(" + std::to_string(threads) + " threads, 2 x " +
+                                 std::to_string(per_thread * threads >> 20) + " MiB)");
+  std::free(src);
+  std::free(dst);
   return 0;
 }
 
@@ -552,10 +642,17 @@ int main(int argc, char** argv) {
     if (mode == std::string("h2d-") + memory_name(kind)) return copy_ceiling(true, kind);
     if (mode == std::string("d2h-") + memory_name(kind)) return copy_ceiling(false, kind);
   }
-  if (mode == "h2d-all")
+  if (mode == "h2d-all") {
+    const bool file = argc > 5 && std::string(argv[5]) != "-";
     return h2d_all(argc > 2 ? std::atoi(argv[2]) : 8,
                    (argc > 3 ? std::strtoull(argv[3], nullptr, 0) : 16384) << 10,
-                   argc > 4 ? std::atof(argv[4]) : 5.0, argc > 5 ? argv[5] : nullptr);
+                   argc > 4 ? std::atof(argv[4]) : 5.0, file ? argv[5] : nullptr,
+                   argc > 6 ? argv[6] : "all");
+  }
+  if (mode == "memcpy")
+    return memcpy_ceiling(argc > 2 ? std::atoi(argv[2]) : 1,
+                          (argc > 3 ? std::strtoull(argv[3], nullptr, 0) : 1024) << 20,
+                          argc > 4 ? std::atof(argv[4]) : 2.0);
   if (mode == "register-files" && argc > 2)
     return register_files(argv[2], (argc > 3 ? std::strtoull(argv[3], nullptr, 0) : 64) << 20,
                           argc > 4 && std::atoi(argv[4]) == 1);
