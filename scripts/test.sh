@@ -39,8 +39,7 @@ source scripts/deps.sh
 gpufile_install_deps
 gpufile_install_test_deps
 jobs=$(nproc)
-started=$SECONDS
-phase() { echo "== gpufile tests: $* ($((SECONDS - started)) s)"; }
+phase() { echo "== gpufile tests: $* (at ${SECONDS} s)"; }
 
 # Work that waits on the network or fills idle cores runs in the background, at low priority,
 # while the C++ suite builds and runs; each has its own process group, so that a test.sh that
