@@ -5,8 +5,11 @@
 # Build here first (the GPU machine has no liburing or GoogleTest; binaries built on Debian 12
 # run there):  cmake -S . -B build/gpu -G Ninja -DCMAKE_BUILD_TYPE=Release && cmake --build build/gpu
 # Then on the GPU machine, from the repository root:  bash bench/gpu-run.sh build/gpu [SIZE_GIB]
+# (the build folder relative to the repository root, or absolute: /tmp/gb).
 set -uo pipefail
 B=${1:-build/gpu}
+[ -d "$B" ] || { echo "gpu-run: no build folder $B" >&2; exit 2; }
+B=$(cd "$B" && pwd)  # absolute: the example's RPATH below must name it from anywhere
 GIB=${2:-4}
 OUT=${OUT:-/tmp/gpufile-out}
 mkdir -p "$OUT"
@@ -29,11 +32,20 @@ for t in support/fakecuda_tests integration/capi_tests fault/fault_tests abi/abi
 done
 
 log "cuFile usage example, built with the CUDA toolkit against our header and libcufile.so.0"
+# The CUDA toolkit's lib64 holds NVIDIA's libcufile.so.0 too. The example's RPATH (not RUNPATH:
+# --disable-new-dtags, so LD_LIBRARY_PATH cannot put the toolkit's first) names gpufile's, and
+# CUFILE_SAMPLE_LIBRARY makes the example stop (exit 3) if another one answered anyway.
 CUDA=/usr/local/cuda
 if g++ -O2 -o /tmp/cufile_sample examples/cufile_sample.c* -Iinclude -I$CUDA/include \
-     -L"$B/src" -l:libcufile.so.0 -L$CUDA/lib64 -lcudart -Wl,-rpath,"$PWD/$B/src" 2>"$OUT/example-build.log"; then
+     -L"$B/src" -l:libcufile.so.0 -L$CUDA/lib64 -lcudart -ldl \
+     -Wl,--disable-new-dtags -Wl,-rpath,"$B/src" 2>"$OUT/example-build.log"; then
   head -c $((8 << 20)) /dev/urandom >/tmp/sample.bin
-  /tmp/cufile_sample /tmp/sample.bin $((8 << 20)) || status=1
+  CUFILE_SAMPLE_LIBRARY="$B/src/libcufile.so.0" /tmp/cufile_sample /tmp/sample.bin $((8 << 20))
+  rc=$?
+  if [ $rc -eq 3 ]; then
+    echo "gpu-run: NVIDIA's libcufile answered, not gpufile's ($B/src/libcufile.so.0): the example did not test gpufile" >&2
+  fi
+  [ $rc -eq 0 ] || status=1
 else
   echo "example build failed:"; cat "$OUT/example-build.log"; status=1
 fi

@@ -63,7 +63,7 @@ int main(int argc, char** argv) {
   if (cmd == "bench") return gpufile::cli::bench(argc - 1, argv + 1);
   if (cmd == "stats") return gpufile::cli::stats_pid(argc - 1, argv + 1);
   if (cmd == "version" || cmd == "--version") {
-    std::printf("gpufile 0.1.0 (cuFile API 1.15)\n");
+    std::printf("gpufile %s (cuFile API 1.15)\n", GPUFILE_VERSION);
     return 0;
   }
   if (cmd == "help" || cmd == "--help" || cmd == "-h") {

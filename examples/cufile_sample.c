@@ -9,15 +9,22 @@
  * them with what a plain pread() of the file returns. Everything is undone in reverse order.
  * Exits 0 when the bytes match.
  *
+ * It first prints which libcufile answered (the file that defines cuFileDriverOpen). Two
+ * libraries are named libcufile.so.0, gpufile's and NVIDIA's, and the first on the search path
+ * wins: with CUFILE_SAMPLE_LIBRARY=PATH set, the sample exits 3 at once unless PATH is the one
+ * that answered (bench/gpu-run.sh sets it to gpufile's; so does its test, examples/).
+ *
  * Plain C that is also valid C++; it builds unchanged against NVIDIA's headers
- * (gcc or g++ -I/usr/local/cuda/include cufile_sample.c -lcufile -lcudart) and against
+ * (gcc or g++ -I/usr/local/cuda/include cufile_sample.c -lcufile -lcudart -ldl) and against
  * gpufile's include/cufile.h with the stand-in CUDA headers of tests/support/include.
  */
 #ifndef _GNU_SOURCE
-#define _GNU_SOURCE /* O_DIRECT */
+#define _GNU_SOURCE /* O_DIRECT, RTLD_NEXT, dladdr */
 #endif
+#include <dlfcn.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -41,6 +48,34 @@ static int cuda_failed(const char *what, cudaError_t err) {
   if (err == cudaSuccess) return 0;
   fprintf(stderr, "cufile_sample: %s failed: %s\n", what, cudaGetErrorString(err));
   return 1;
+}
+
+/* Which libcufile answered: the first library after this program that defines
+ * cuFileDriverOpen, as the dynamic linker bound this program's calls (RTLD_NEXT: the address of
+ * the function taken here could be this program's own PLT stub). With CUFILE_SAMPLE_LIBRARY set,
+ * anything but that file fails the run. */
+static int check_library(void) {
+  const char *expected = getenv("CUFILE_SAMPLE_LIBRARY");
+  char got[PATH_MAX], want[PATH_MAX];
+  void *entry = dlsym(RTLD_NEXT, "cuFileDriverOpen");
+  Dl_info info;
+  if (!entry || !dladdr(entry, &info) || !info.dli_fname) {
+    fprintf(stderr, "cufile_sample: cannot tell which library defines cuFileDriverOpen\n");
+    return expected ? 3 : 0;
+  }
+  if (!realpath(info.dli_fname, got)) snprintf(got, sizeof got, "%s", info.dli_fname);
+  printf("cufile_sample: cuFile library %s\n", got);
+  if (!expected) return 0;
+  if (!realpath(expected, want)) {
+    fprintf(stderr, "cufile_sample: CUFILE_SAMPLE_LIBRARY=%s: %s\n", expected, strerror(errno));
+    return 3;
+  }
+  if (strcmp(got, want) == 0) return 0;
+  fprintf(stderr,
+          "cufile_sample: the wrong libcufile answered: %s, not %s (CUFILE_SAMPLE_LIBRARY); "
+          "another libcufile.so.0 comes first on this program's library search path\n",
+          got, want);
+  return 3;
 }
 
 /* The first `size` bytes of the file, read the ordinary way. */
@@ -79,6 +114,10 @@ int main(int argc, char **argv) {
     fprintf(stderr, "cufile_sample: bad size '%s'\n", argv[2]);
     return 2;
   }
+
+  rc = check_library();
+  if (rc != 0) return rc;
+  rc = 1;
 
   /* 1. The driver. */
   status = cuFileDriverOpen();

@@ -13,6 +13,7 @@ from __future__ import annotations
 import os
 
 from ._gpufile import (
+    __version__,
     DeviceBuffer,
     Error,
     File,
@@ -35,8 +36,6 @@ from ._gpufile import stats_reset as _runtime_stats_reset
 from ._gpufile import _redact_url
 from ._gpufile import _latency_summary
 from ._arrays import DeviceArray
-
-__version__ = "0.1.0"
 
 __all__ = [
     "DeviceArray", "DeviceBuffer", "Error", "File", "Future", "RemoteFile", "RemoteWriter", "StreamFuture", "cuda_available",

@@ -1,6 +1,8 @@
 """Type stubs of gpufile's extension module (python/src/module.cpp)."""
 from typing import Any, Dict, List, Optional, Tuple
 
+__version__: str  # the release (CMakeLists.txt's project version)
+
 class Error(RuntimeError):
     """A gpufile failure that is not an OS error or a bad argument."""
 

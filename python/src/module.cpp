@@ -506,6 +506,7 @@ NB_MODULE(_gpufile, m) {
   using namespace gpufile;
   using namespace gpufile::py;
   m.doc() = "gpufile's extension module; use the gpufile package, not this module";
+  m.attr("__version__") = GPUFILE_VERSION;
   register_errors(m);
 
   nb::class_<PyFuture>(m, "Future", "An IO running on gpufile's workers.")
