@@ -36,6 +36,9 @@ if TYPE_CHECKING:
     from . import _scatter
     from ._arrays import DeviceArray
 
+    # A plan: (source, direct reads [(ptr, nbytes, file offset, what)], scatters [_scatter.Scatter]).
+    _Plan = Tuple["_Source", Sequence[Tuple[int, int, int, str]], Sequence["_scatter.Scatter"]]
+
 __all__ = ["SafetensorError", "TensorInfo", "Header", "parse_header", "read_header", "load_file",
            "save_file", "safe_open", "load_sharded", "load_into", "LoadResult", "shard_slice"]
 
@@ -739,10 +742,6 @@ def _remote_reads_in_flight() -> int:
     return max(2, min(16, int(settings().get("gpufile.remote_concurrency", 16))))
 
 
-# A plan: (source, direct reads [(ptr, nbytes, file offset, what)], scatters [_scatter.Scatter]).
-_Plan = Tuple[_Source, Sequence[Tuple[int, int, int, str]], Sequence["_scatter.Scatter"]]
-
-
 def _read_all(plans: Sequence[_Plan]) -> None:
     """Opens the local files of `plans` and runs every read at once (_read_from); remote sources
     read through their open RemoteFile, and are closed here."""
@@ -771,11 +770,13 @@ def _read_from(jobs: Sequence[Tuple[Union[File, RemoteFile], Sequence[Tuple[int,
     (_read_remote). The caller has settled the destinations' pending GPU work first
     (_settle_allocations / _settle_sources)."""
     reads = _InFlight()
+    finishes: List[Callable[[], None]] = [reads.wait]
     spans = None
     every_scatter = [s for _f, _ios, scatters in jobs for s in scatters]
     if every_scatter:  # only parts of tensors are scattered: a plain load_file never imports _scatter
         from . import _scatter
         spans = _scatter.Spans(every_scatter, _short_read)
+        finishes.insert(0, spans.finish)
     remote = [(f, io) for f, ios, _s in jobs if isinstance(f, RemoteFile) for io in ios]
     failure: Optional[BaseException] = None
     try:
@@ -783,14 +784,13 @@ def _read_from(jobs: Sequence[Tuple[Union[File, RemoteFile], Sequence[Tuple[int,
             if not isinstance(f, RemoteFile):
                 for ptr, nbytes, offset, what in ios:
                     _start_read(f, reads, ptr, nbytes, offset, what)
-        # The direct reads run while the span reads wait for staging slots.
-        for f, _ios, scatters in jobs:
-            for s in scatters:
-                spans.read(f, s)
+        if spans is not None:  # the direct reads run while the span reads wait for staging slots
+            for f, _ios, scatters in jobs:
+                for s in scatters:
+                    spans.read(f, s)
         _read_remote(remote, _remote_reads_in_flight())
     except BaseException as e:  # noqa: BLE001 - raised once every read ended
         failure = e
-    finishes = (reads.wait,) if spans is None else (spans.finish, reads.wait)
     for finish in finishes:  # every read ends (or fails) before anything is let go
         try:
             finish()
