@@ -35,7 +35,6 @@ from ._gpufile import stats as _runtime_stats
 from ._gpufile import stats_reset as _runtime_stats_reset
 from ._gpufile import _redact_url
 from ._gpufile import _latency_summary
-from ._arrays import DeviceArray
 
 __all__ = [
     "DeviceArray", "DeviceBuffer", "Error", "File", "Future", "RemoteFile", "RemoteWriter", "StreamFuture", "cuda_available",
@@ -45,6 +44,24 @@ __all__ = [
 
 
 _REMOTE_SCHEMES = ("http://", "https://", "s3://")
+
+# What `import gpufile` does is what every process that loads a checkpoint pays (docs/python.md,
+# "Import cost"): the extension module, nothing else. The names that need more Python code are
+# imported on first use.
+_LAZY = {"DeviceArray": "._arrays"}
+
+
+def __getattr__(name: str):
+    if name in _LAZY:
+        import importlib
+        value = getattr(importlib.import_module(_LAZY[name], __name__), name)
+        globals()[name] = value  # the next lookup finds it without coming here
+        return value
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def __dir__():
+    return sorted(set(globals()) | set(_LAZY))
 
 
 def open(path: "str | os.PathLike[str]", mode: str = "r") -> "File | RemoteFile | RemoteWriter":  # noqa: A001 (mirrors builtins.open)

@@ -23,12 +23,21 @@ import json
 import os
 import struct
 import threading
-from typing import Any, Callable, Dict, Iterable, List, Mapping, NamedTuple, Optional, Sequence, Tuple, Union
+from typing import (TYPE_CHECKING, Any, Callable, Dict, Iterable, List, Mapping, NamedTuple, Optional, Sequence,
+                    Tuple, Union)
 
-from . import _dtypes, _scatter
-from ._arrays import DeviceArray
-from ._boxes import Piece, place
+from . import _dtypes
 from ._gpufile import DeviceBuffer, File, RemoteFile, _open_session, _redact_text, driver_is_open
+
+# What a plain load_file needs is imported here; the rest on first use (docs/python.md, "Import
+# cost"): the scatter of split tensors (_scatter, _boxes: load_sharded, load_into, safe_open's
+# slices) and DeviceArray (framework="dlpack").
+if TYPE_CHECKING:
+    from . import _scatter
+    from ._arrays import DeviceArray
+
+    # A plan: (source, direct reads [(ptr, nbytes, file offset, what)], scatters [_scatter.Scatter]).
+    _Plan = Tuple["_Source", Sequence[Tuple[int, int, int, str]], Sequence["_scatter.Scatter"]]
 
 __all__ = ["SafetensorError", "TensorInfo", "Header", "parse_header", "read_header", "load_file",
            "save_file", "safe_open", "load_sharded", "load_into", "LoadResult", "shard_slice"]
@@ -288,6 +297,7 @@ def _allocate_unchecked(t: _Target, dtype: str, shape: Tuple[int, ...]) -> _Dest
         import numpy as np
         x = np.empty(shape, dtype=_numpy_dtype(dtype))
         return _Dest(x, x.ctypes.data)
+    from ._arrays import DeviceArray
     x = DeviceArray.empty(shape, dtype, t.ordinal)
     return _Dest(x, x.ptr)
 
@@ -318,6 +328,7 @@ def _view(t: _Target, region: Any, info: TensorInfo, base: int) -> Any:
         if isinstance(e, SafetensorError):
             raise
         raise SafetensorError(f"tensor {info.name!r}: cannot view as {info.dtype} {list(info.shape)}: {e}") from None
+    from ._arrays import DeviceArray
     return DeviceArray(region, lo, info.shape, info.dtype)
 
 
@@ -731,10 +742,6 @@ def _remote_reads_in_flight() -> int:
     return max(2, min(16, int(settings().get("gpufile.remote_concurrency", 16))))
 
 
-# A plan: (source, direct reads [(ptr, nbytes, file offset, what)], scatters [_scatter.Scatter]).
-_Plan = Tuple[_Source, Sequence[Tuple[int, int, int, str]], Sequence[_scatter.Scatter]]
-
-
 def _read_all(plans: Sequence[_Plan]) -> None:
     """Opens the local files of `plans` and runs every read at once (_read_from); remote sources
     read through their open RemoteFile, and are closed here."""
@@ -763,7 +770,13 @@ def _read_from(jobs: Sequence[Tuple[Union[File, RemoteFile], Sequence[Tuple[int,
     (_read_remote). The caller has settled the destinations' pending GPU work first
     (_settle_allocations / _settle_sources)."""
     reads = _InFlight()
-    spans = _scatter.Spans([s for _f, _ios, scatters in jobs for s in scatters], _short_read)
+    finishes: List[Callable[[], None]] = [reads.wait]
+    spans = None
+    every_scatter = [s for _f, _ios, scatters in jobs for s in scatters]
+    if every_scatter:  # only parts of tensors are scattered: a plain load_file never imports _scatter
+        from . import _scatter
+        spans = _scatter.Spans(every_scatter, _short_read)
+        finishes.insert(0, spans.finish)
     remote = [(f, io) for f, ios, _s in jobs if isinstance(f, RemoteFile) for io in ios]
     failure: Optional[BaseException] = None
     try:
@@ -771,14 +784,14 @@ def _read_from(jobs: Sequence[Tuple[Union[File, RemoteFile], Sequence[Tuple[int,
             if not isinstance(f, RemoteFile):
                 for ptr, nbytes, offset, what in ios:
                     _start_read(f, reads, ptr, nbytes, offset, what)
-        # The direct reads run while the span reads wait for staging slots.
-        for f, _ios, scatters in jobs:
-            for s in scatters:
-                spans.read(f, s)
+        if spans is not None:  # the direct reads run while the span reads wait for staging slots
+            for f, _ios, scatters in jobs:
+                for s in scatters:
+                    spans.read(f, s)
         _read_remote(remote, _remote_reads_in_flight())
     except BaseException as e:  # noqa: BLE001 - raised once every read ended
         failure = e
-    for finish in (spans.finish, reads.wait):  # every read ends (or fails) before anything is let go
+    for finish in finishes:  # every read ends (or fails) before anything is let go
         try:
             finish()
         except BaseException as e:  # noqa: BLE001
@@ -825,6 +838,8 @@ def _box_plan(dest_ptr: int, device: Optional[int], info: TensorInfo, box: Seque
     number, _scatter.HOST, or None where unknown), with the part `box` of tensor `info`: one read
     per run, or, where the runs are many and short (a part split along a later dimension), the
     span of whole rows read once and scattered (_scatter)."""
+    from . import _scatter
+    from ._boxes import Piece, place
     itemsize = _dtypes.BY_NAME[info.dtype].itemsize
     p = place(Piece((0,) * len(info.shape), info.shape, None), [lo for lo, _ in box], [hi for _, hi in box],
               itemsize)
@@ -843,7 +858,8 @@ def _box_plan(dest_ptr: int, device: Optional[int], info: TensorInfo, box: Seque
 
 
 def _device_number(t: _Target) -> int:
-    return t.ordinal if t.cuda else _scatter.HOST
+    from ._scatter import HOST
+    return t.ordinal if t.cuda else HOST
 
 
 def load_file(filename: PathLike, device: Any = "cpu", *, framework: str = "pt",
@@ -1047,6 +1063,8 @@ def load_into(tensors: Mapping[str, Any], filename: PathLike, *, strict: bool = 
 def _device_of(x: Any) -> Optional[int]:
     """The CUDA device number of a destination's memory, _scatter.HOST for host memory, None
     where that is not known (its part is then read run by run)."""
+    from . import _scatter
+    from ._arrays import DeviceArray
     mod = type(x).__module__
     if mod.startswith("torch"):
         if x.device.type == "cpu":
@@ -1143,6 +1161,7 @@ class _Outgoing(NamedTuple):
 def _describe_tensor(name: str, x: Any, into: bool = False) -> _Outgoing:
     """The memory of a tensor to save, or with ``into=True`` of one to load into (which must be
     writable). Only C-contiguous memory: one tensor is one run of bytes in the file."""
+    from ._arrays import DeviceArray
     what = "load into" if into else "save"
     mod = type(x).__module__
     try:
