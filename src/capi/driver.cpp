@@ -96,9 +96,7 @@ CUfileError_t set_before_open(const char* where, CUfileError_t check, Stage stag
 }
 
 CUfileError_t limit_unless(bool in_range) {
-  CUfileError_t r{};
-  if (!in_range) r.err = CU_FILE_DRIVER_UNSUPPORTED_LIMIT;
-  return r;
+  return gpufile::capi::result_of(in_range ? CU_FILE_SUCCESS : CU_FILE_DRIVER_UNSUPPORTED_LIMIT);
 }
 
 // The setters' ranges, as NVIDIA's library answers them (tests/conformance, setter ranges):
@@ -113,10 +111,8 @@ bool direct_io_size_in_range(size_t kb) {
 
 // A size in KiB too large to count in bytes is an invalid value, not a limit.
 CUfileError_t memory_size_error(size_t kb) {
-  CUfileError_t r{};
-  if (kb > SIZE_MAX / 1024) r.err = CU_FILE_INVALID_VALUE;
-  else if (kb != 0 && kb < 64) r.err = CU_FILE_DRIVER_UNSUPPORTED_LIMIT;
-  return r;
+  if (kb > SIZE_MAX / 1024) return gpufile::capi::result_of(CU_FILE_INVALID_VALUE);
+  return limit_unless(kb == 0 || kb >= 64);
 }
 
 }  // namespace
