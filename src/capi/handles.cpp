@@ -1,4 +1,6 @@
 // cuFile file handles and buffer registration.
+#include <cstring>
+
 #include "capi/capi.hpp"
 #include "core/stats.hpp"
 #include "exec/runtime.hpp"
@@ -13,10 +15,12 @@ namespace {
 
 Error register_handle(CUfileHandle_t* fh, const CUfileDescr_t* descr) {
   if (fh == nullptr || descr == nullptr) return Error::of(Errc::invalid_argument);
-  switch (descr->type) {
-    case CU_FILE_HANDLE_TYPE_OPAQUE_FD: break;
-    default: return Error::of(Errc::io_not_supported);  // WIN32, USERSPACE_FS, unknown: as NVIDIA
-  }
+  // A C caller may store any int in the type; loading it as the C++ enum is undefined outside
+  // the enumerators' range, so its bytes are read as an int. Every type but a file descriptor
+  // (WIN32, USERSPACE_FS, unknown) is refused as NVIDIA's library refuses it.
+  int type;
+  std::memcpy(&type, &descr->type, sizeof type);
+  if (type != CU_FILE_HANDLE_TYPE_OPAQUE_FD) return Error::of(Errc::io_not_supported);
   return Runtime::instance().register_file(descr->handle.fd, fh);
 }
 
