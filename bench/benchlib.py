@@ -1,7 +1,8 @@
 """What the bench/ harnesses share (side_by_side.py, callers.py): running a measuring program with
 a log, a worker in a fresh process (remote_gpu.py, zarr_gpu.py), reading the lines of gpufile_compare and `gpufile bench --json`, the page cache (warm,
-drop), the data file, which libcufile a process runs on, and the pinned host-to-device ceiling
-through CuPy (hdf5_gpu.py, remote_gpu.py)."""
+drop), the data file, which libcufile a process runs on, the pinned host-to-device ceiling
+through CuPy (hdf5_gpu.py, remote_gpu.py), and the commit a table names (commit(); the shell
+harnesses run `python3 bench/benchlib.py commit`)."""
 import ctypes
 import json
 import os
@@ -186,23 +187,32 @@ def gpu_count():
     return n.value
 
 
+def commit():
+    """The commit a bench table names: GPUFILE_BENCH_COMMIT where set (GPUFILE_COMMIT, its older
+    spelling, next), else `git rev-parse --short HEAD` of this checkout, else "unknown". The
+    device machine's copy of the tree may carry a .git of an older commit, so a run there should
+    set the variable to the commit it copied."""
+    named = os.environ.get("GPUFILE_BENCH_COMMIT") or os.environ.get("GPUFILE_COMMIT")
+    if named:
+        return named
+    try:
+        here = os.path.dirname(os.path.abspath(__file__))
+        found = subprocess.run(["git", "-C", here, "rev-parse", "--short", "HEAD"], capture_output=True,
+                               text=True).stdout.strip()
+    except FileNotFoundError:
+        found = ""
+    return found or "unknown"
+
+
 def machine(shell):
     """{gpus, cores, kernel, commit} of this run: nvidia-smi's names, os.cpu_count, uname, and
-    GPUFILE_COMMIT or the checkout's commit (the device machine's copy may have no .git)."""
+    commit()."""
     try:
         p = shell.run(["nvidia-smi", "--query-gpu=name,driver_version", "--format=csv,noheader"])
         gpus = "; ".join(sorted(set(p.stdout.strip().splitlines()))) or "no GPU"
     except FileNotFoundError:
         gpus = "no GPU (no nvidia-smi)"
-    commit = os.environ.get("GPUFILE_COMMIT")
-    if not commit:
-        try:
-            here = os.path.dirname(os.path.abspath(__file__))
-            commit = subprocess.run(["git", "-C", here, "rev-parse", "--short", "HEAD"], capture_output=True,
-                                    text=True).stdout.strip()
-        except FileNotFoundError:
-            pass
-    return {"gpus": gpus, "cores": os.cpu_count(), "kernel": platform.release(), "commit": commit or "unknown"}
+    return {"gpus": gpus, "cores": os.cpu_count(), "kernel": platform.release(), "commit": commit()}
 
 
 def multi_gpu_args(ap):
@@ -361,3 +371,9 @@ def two_reads_cells(r, ceiling):
     if ceiling:
         share = " / ".join(f"{100 * r[k] / ceiling:.0f}%" for k in ("first_gib_s", "second_gib_s"))
     return [f"{r['first_gib_s']:.2f}", f"{r['second_gib_s']:.2f}", share]
+
+
+if __name__ == "__main__":  # for the shell harnesses: `python3 bench/benchlib.py commit`
+    if sys.argv[1:] != ["commit"]:
+        sys.exit("usage: benchlib.py commit")
+    print(commit())

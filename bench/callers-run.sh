@@ -19,7 +19,8 @@
 #   bash bench/callers-run.sh --sections callers --estimate              # the estimate only
 # Flags (bench/callers.py --help): --build DIR (build/gpu), --seconds N per timed point (2),
 # --size-mib N of the data file (4096), --dir DIR of the ext4 file (/root), --no-drop, --keep.
-# GPUFILE_COMMIT=<hash> names the build's commit in the tables where the copy has no .git.
+# GPUFILE_BENCH_COMMIT=<hash> names the build's commit in the tables: the device tool's copy of the
+# tree may carry an older .git (unset, `git rev-parse --short HEAD` names it).
 # On a machine without a GPU, against the CUDA test double, every section in about a minute
 # (KvikIO asks the driver for cuCtxCreate_v4, which the double lacks: its rows fail and say so;
 # with that entry point added it runs there too, reading into --kvikio-array cuda memory):

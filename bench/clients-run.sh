@@ -36,6 +36,8 @@
 # <client>.log (all that the client printed), kvikio-pytest.log, fio-*.json / fio-*.err,
 # fio-configure.log / fio-build.log, *-gpufile.log (gpufile's own log of a client's processes,
 # at INFO: one "config:" line per cuFileDriverOpen that gpufile served).
+# GPUFILE_BENCH_COMMIT=<hash> names the commit in the first line: the device tool's copy of the
+# tree may carry an older .git (unset, `git rev-parse --short HEAD` names it).
 #
 # How each client is made to use gpufile: every client process gets LD_PRELOAD=<build>/src/
 # libcufile.so.0. KvikIO (libkvikio's shim: dlopen("libcufile.so.0"), after its wheel's loader
@@ -487,7 +489,7 @@ fi
   echo "|---|---|---|---|---|---|"
 } >"$TABLE"
 echo "== gpufile's clients: $ONLY; $(nvidia-smi -L 2>/dev/null | head -1);" \
-  "$(git log --oneline -1 2>/dev/null)"
+  "gpufile $(python3 "$REPO/bench/benchlib.py" commit)"
 START=$SECONDS
 TIMES=""
 fake=(); [ "$FAKE" = 1 ] && fake=(--fake-cuda)

@@ -22,7 +22,9 @@
 # Flags (bench/host_model.py --help): --build DIR (/tmp/gb), --dir DIR (/root), --size-mib N
 # (4096), --seconds S (2), --threads LIST (1,2,4,8,16,32), --gpus N, --no-disk.
 # Output in $OUT (/tmp/gpufile-out): host-model.md (the tables), host-model.json (every point with
-# its command, and the model), host-model.log (every command's output).
+# its command, and the model), host-model.log (every command's output). GPUFILE_BENCH_COMMIT=<hash>
+# names the commit in the table's header: the device tool's copy of the tree may carry an older
+# .git (unset, `git rev-parse --short HEAD` names it).
 #
 # Here, without a GPU, against the CUDA test double (timings mean nothing; the orchestration and
 # the arithmetic run end to end):

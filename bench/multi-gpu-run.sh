@@ -27,6 +27,8 @@
 # --skip bench,python,tp_load.
 # Output: the markdown table on stdout; in $OUT (/tmp/gpufile-out) multi-gpu.md, multi-gpu.json
 # (every row with its command and per-GPU figures) and multi-gpu.log (every command's output).
+# GPUFILE_BENCH_COMMIT=<hash> names the commit in the table's header: the device tool's copy of
+# the tree may carry an older .git (unset, `git rev-parse --short HEAD` names it).
 #
 # Here, without a GPU, against the CUDA test double (timings mean nothing; Python and torchrun
 # rows fail or skip where the package or torch is missing, and say so; for the Python rows, build

@@ -8,8 +8,9 @@
 # Prints one markdown table; with $OUT set also writes $OUT/random_reads.{json,md,log}.
 # Knobs (environment): BUILD (build/gpu), RR_DIR (/tmp/gf-rr), RR_FILE_MIB (4096),
 # RR_SECONDS (3), RR_IO ("4096 65536"), RR_THREADS ("1 8 16"), RR_CUDA_INCLUDE (a dir with
-# cuda.h; found from nvcc otherwise), GPUFILE_COMMIT (the commit build/gpu holds, for the
-# table's header; else git). Takes about 2 minutes with the defaults.
+# cuda.h; found from nvcc otherwise), GPUFILE_BENCH_COMMIT (the commit build/gpu holds, for the
+# table's header: the device tool's copy may carry an older .git; unset, `git rev-parse`
+# names it). Takes about 2 minutes with the defaults.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 
@@ -149,6 +150,8 @@ done
 # ---- the table -------------------------------------------------------------------------------
 python3 - "$ROWS" "${OUT:-}" "$LOG" <<'EOF'
 import json, os, platform, subprocess, sys
+sys.path.insert(0, "bench")
+from benchlib import commit  # GPUFILE_BENCH_COMMIT, else git
 rows_path, out, log = sys.argv[1], sys.argv[2], sys.argv[3]
 rows = [json.loads(line) for line in open(rows_path) if line.strip()]
 
@@ -158,17 +161,6 @@ def gpu_name():
                               capture_output=True, text=True, timeout=20).stdout.strip() or "?"
     except Exception:
         return "no nvidia-smi"
-
-def commit():
-    # The device tool's copy of the tree may carry stale git metadata: let the caller say which
-    # commit build/gpu was built from.
-    if os.environ.get("GPUFILE_COMMIT"):
-        return os.environ["GPUFILE_COMMIT"]
-    try:
-        return subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True,
-                              text=True).stdout.strip()
-    except Exception:
-        return "?"
 
 def cell(r):
     if r is None:
