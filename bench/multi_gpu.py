@@ -4,7 +4,9 @@ of the same run. Run by bench/multi-gpu-run.sh (its header says how and how long
 Each GPU g reads its own warm file DIR/gpufile-gpu<g>.bin (4 GiB). Rows, in order:
   ceiling         gpufile_compare h2d-all from pinned memory to every GPU at once, from one process
                   (a thread per GPU) and from a process per GPU started together: the higher is
-                  the summed ceiling every row is a share of
+                  the summed ceiling every row is a share of; and, where the lone Python row
+                  runs, GPU 0's pinned ceiling alone (its link with no other GPU copying), the
+                  share that row is measured against
   bench           gpufile bench -x 0 -I 0 with -i 16M -w 8 -T S, -i 4M -w 16 -T S, -i 4G -w 1 -T S
                   and -i 1G -w 1 (one pass: a fresh process's first reads): a process per GPU
                   started together (their GiB/s summed), then one process for all GPUs (a gdsio job
@@ -64,6 +66,8 @@ class Run:
         self.files = [os.path.join(a.dir, f"gpufile-gpu{g}.bin") for g in range(self.gpus)]
         self.rows = []
         self.ceiling = None
+        self.link_alone = None  # GPU 0's pinned ceiling with the host to itself, where measured
+        self.skip = set(filter(None, a.skip.split(",")))
         self.started = time.time()
 
     def say(self, text):
@@ -79,9 +83,9 @@ class Run:
     def row(self, section, what, how, gib_s=None, error=None, first=None, of=None, **extra):
         """One line of the table: GiB/s of all GPUs together (steady state, or the only figure),
         and `first`, a fresh process's first call, where the row has one; both as shares of `of`
-        (default: the summed ceiling)."""
+        (default: the summed ceiling; 0: no share)."""
         r = {"section": section, "what": what, "how": how, **extra}
-        of = of or self.ceiling
+        of = self.ceiling if of is None else of
         if error:
             r["error"] = error
         else:
@@ -126,6 +130,23 @@ class Run:
             for r in self.rows:  # the ceiling rows, measured before the ceiling was known
                 if "gib_s" in r:
                     r["of_ceiling"] = r["gib_s"] / self.ceiling
+        if self.lone_python_row():
+            self.measure_link_alone(limit)
+
+    def lone_python_row(self):
+        return self.gpus > 1 and not self.a.quick and "python" not in self.skip
+
+    def measure_link_alone(self, limit):
+        """GPU 0's pinned ceiling with no other GPU copying. The lone Python process reads into GPU
+        0 with the host to itself; one GPU's share of the summed ceiling is what a link gets while
+        every GPU copies, less than a link alone, and a lone read measured against it passed 100%."""
+        cmds, results = benchlib.h2d_together(self.shell, self.tool("compare"), "-", ["0"],
+                                              self.a.ceiling_seconds, limit)
+        if "error" in results[0]:
+            return self.row("ceiling", "pinned H2D, GPU 0 alone", "one process", error=results[0]["error"])
+        self.link_alone = results[0]["bytes"] / GIB / results[0]["secs"]
+        self.row("ceiling", "pinned H2D, GPU 0 alone", "one process", self.link_alone, of=0,
+                 cmd=" ".join(cmds[0]), notes=[results[0]["note"]], note="the lone process's ceiling")
 
     # ---- gpufile bench -----------------------------------------------------------------------
 
@@ -189,7 +210,7 @@ class Run:
             spec = {"paths": self.files, "size": self.size}
             cmd = [sys.executable, os.path.abspath(__file__), "threads", json.dumps(spec)]
             self.python_row(name, "one process, a thread per GPU", [self.shell.run(cmd, timeout=limit)])
-            if not self.a.quick:
+            if self.lone_python_row():
                 solo = dict(specs[0], parties=1)
                 cmd = [sys.executable, os.path.abspath(__file__), "worker", json.dumps(solo)]
                 self.python_row(name, "GPU 0's process alone on the host", [self.shell.run(cmd, timeout=limit)],
@@ -206,9 +227,10 @@ class Run:
         rounds = [sum(self.size / GIB / r["steady_s"][k] for r in results) for k in range(len(results[0]["steady_s"]))]
         extra = {"open_s": [r["open_s"] for r in results], "rounds_gib_s": rounds}
         of = None
-        if alone and self.ceiling:  # one link's figure: against one GPU's share of the ceiling
-            of = self.ceiling / self.gpus
-            extra["note"] = f"% of one GPU's share of the ceiling, {of:.1f}"
+        if alone:  # one link with the host to itself: against that link's ceiling measured alone
+            of = self.link_alone or 0
+            extra["note"] = (f"% of GPU 0's pinned ceiling alone, {of:.1f}" if of else
+                             "GPU 0's pinned ceiling alone not measured: no %")
         self.row("python", name, how, max(rounds), first=first, of=of, **extra)
 
     # ---- tp_load -----------------------------------------------------------------------------
@@ -293,14 +315,13 @@ class Run:
         if self.gpus < 1:
             self.say("multi-gpu: no GPU found")
             return 1
-        skip = set(filter(None, self.a.skip.split(",")))
         self.say(f"many GPUs: {self.gpus} GPUs, {os.cpu_count()} cores, {self.a.size_mib} MiB a GPU; "
                  f"about {self.estimate() / 60:.1f} min + the data files and checkpoint if made now")
         benchlib.gpu_files(self.a.dir, self.gpus, self.size, self.say)
         try:
             self.measure_ceiling()
             for section in ("bench", "python", "tp_load"):
-                if section not in skip:
+                if section not in self.skip:
                     getattr(self, section)()
         finally:
             self.write_report()
@@ -314,7 +335,8 @@ class Run:
 
     def estimate(self):
         bench = (3 * (self.a.seconds + 3) + 4) * (1 if self.a.quick or self.gpus < 2 else 2)
-        return 2 * (self.a.ceiling_seconds + 5) + bench + 25 + (25 if self.a.quick else 50)
+        alone = self.a.ceiling_seconds + 5 if self.lone_python_row() else 0
+        return 2 * (self.a.ceiling_seconds + 5) + alone + bench + 25 + (25 if self.a.quick else 50)
 
 
 def notes(r):
