@@ -21,6 +21,8 @@
 #   GPUFILE_TEST_FUZZ=0|1        skips or adds the fuzz step (default: 1 with --full);
 #                                GPUFILE_FUZZ_SECONDS=N fuzzes each target N s (default 40)
 #   GPUFILE_TEST_NO_S3=1         skips the S3 tests (no versitygw is built)
+#   GPUFILE_REQUIRE_S3=1         makes a Python S3 test that finds no versitygw fail instead of
+#                                skip; set by CI (.ci/run), and here once versitygw is built
 set -euo pipefail
 cd "$(dirname "$0")/.."
 case "${1:-}" in
@@ -30,6 +32,10 @@ case "${1:-}" in
 esac
 sanitizers=${GPUFILE_TEST_SANITIZERS:-$full}
 fuzz=${GPUFILE_TEST_FUZZ:-$full}
+if [ "${GPUFILE_REQUIRE_S3:-0}" = 1 ] && [ "${GPUFILE_TEST_NO_S3:-0}" = 1 ]; then
+  echo "$0: GPUFILE_REQUIRE_S3=1 and GPUFILE_TEST_NO_S3=1 contradict each other" >&2
+  exit 2
+fi
 # The seeded simulation's seeds and the soak's seconds in the default suite (tests/sim,
 # tests/soak): a CI-sized share by default, the larger run with --full. An empty seed count is
 # the build's own default (tests/sim/CMakeLists.txt: fewer under the sanitizers).
@@ -105,6 +111,7 @@ if [ -n "${versitygw_build:-}" ]; then
     "building versitygw (GPUFILE_TEST_NO_S3=1 skips the S3 tests)"
   GPUFILE_VERSITYGW=$(cat build/tools/versitygw.path)
   export GPUFILE_VERSITYGW
+  export GPUFILE_REQUIRE_S3=1  # the server is built: its Python tests run, never skip
   # The C++ API's S3 writer tests skipped in the default suite, which ran before versitygw was
   # built: they run now, against it (and in the sanitizer suites below, with it set).
   phase "C++ API against versitygw"

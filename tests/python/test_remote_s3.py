@@ -1,13 +1,16 @@
 """s3:// objects against a real S3 server: versitygw (its POSIX backend on a temporary
 directory, 127.0.0.1 only), started and stopped here. scripts/test.sh builds it
-(scripts/deps.sh: gpufile_install_versitygw) and passes its path in GPUFILE_VERSITYGW; these
-tests skip only when GPUFILE_TEST_NO_S3=1 says the server is absent on purpose.
+(scripts/deps.sh: gpufile_install_versitygw) and passes its path in GPUFILE_VERSITYGW; without
+that variable, versitygw on PATH is used. Where there is neither (a GPU machine, say), or
+GPUFILE_TEST_NO_S3=1, these tests skip and say why; GPUFILE_REQUIRE_S3=1 (set by CI and by
+scripts/test.sh once it built the server) turns that skip into a failure.
 
 The credential sources (environment, shared credentials file, config file, session token,
 endpoint variables) are checked both against versitygw, which verifies the signatures, and
 against tests/support/range_server.py, which shows what was sent."""
 import errno
 import os
+import shutil
 import socket
 import subprocess
 import sys
@@ -36,15 +39,31 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def versitygw_binary() -> str:
+    """The S3 server's path: GPUFILE_VERSITYGW, else versitygw on PATH. Without one the tests skip,
+    saying why, unless GPUFILE_REQUIRE_S3=1 asks that they run (CI: a skip there would hide them)."""
+    named = os.environ.get("GPUFILE_VERSITYGW")
+    if os.environ.get("GPUFILE_TEST_NO_S3") == "1":
+        why = "GPUFILE_TEST_NO_S3=1: no S3 server on purpose"
+    elif named:
+        if not (os.path.isfile(named) and os.access(named, os.X_OK)):
+            pytest.fail(f"GPUFILE_VERSITYGW={named} is not an executable file")
+        return named
+    else:
+        found = shutil.which("versitygw")
+        if found:
+            return found
+        why = ("no S3 server here: GPUFILE_VERSITYGW is unset and no versitygw is on PATH "
+               "(scripts/test.sh builds it: scripts/deps.sh, gpufile_install_versitygw)")
+    if os.environ.get("GPUFILE_REQUIRE_S3") == "1":
+        pytest.fail(f"GPUFILE_REQUIRE_S3=1, but {why}")
+    pytest.skip(why)
+
+
 @pytest.fixture(scope="module")
 def versitygw(tmp_path_factory):
     """(endpoint URL, the backend directory: buckets are its subdirectories, objects files)."""
-    binary = os.environ.get("GPUFILE_VERSITYGW")
-    if not binary:
-        if os.environ.get("GPUFILE_TEST_NO_S3") == "1":
-            pytest.skip("GPUFILE_TEST_NO_S3=1: no S3 server on purpose")
-        pytest.fail("GPUFILE_VERSITYGW is not set: scripts/test.sh builds versitygw and sets it "
-                    "(or set GPUFILE_TEST_NO_S3=1 to skip the S3 tests)")
+    binary = versitygw_binary()
     root = tmp_path_factory.mktemp("s3")
     port = free_port()
     log = open(root.parent / "versitygw.log", "wb")
