@@ -96,6 +96,8 @@ constexpr SizeKey kSizeKeys[] = {
      GPUFILE_FIELD(pagecache_dma_mb), std::nullopt},
     {"gpufile.pagecache_dma_idle_ms", "GPUFILE_PAGECACHE_DMA_IDLE_MS", kNoParam, 0, 3600000, 1,
      GPUFILE_FIELD(pagecache_dma_idle_ms), std::nullopt},
+    {"gpufile.pagecache_dma_first_read_mb", "GPUFILE_PAGECACHE_DMA_FIRST_READ_MB", kNoParam, 0,
+     1ull << 30, 1, GPUFILE_FIELD(pagecache_dma_first_read_mb), std::nullopt},
     {"gpufile.remote_part_kb", "GPUFILE_REMOTE_PART_KB", kNoParam, 4, 1048576, 1,
      GPUFILE_FIELD(remote_part_kb), std::nullopt},
     {"gpufile.remote_concurrency", "GPUFILE_REMOTE_CONCURRENCY", kNoParam, 1, 256, 1,

@@ -55,12 +55,16 @@ class FileWindows {
   FileWindows(const FileWindows&) = delete;
   FileWindows& operator=(const FileWindows&) = delete;
 
+  // Whether acquire() may make the window it finds missing: never; when the window is wanted
+  // (read again: plan_read); or now, whatever was read before (a long read making its windows
+  // ahead, Job::makes_windows_ahead).
+  enum class Make { never, when_wanted, now };
   // File bytes [off, off+len) as a pointer the copy engine reads, valid until release(); null
   // when no window serves them now (the caller stages them as usual). `fd` reads the file
   // (page-cache fd), `file_size` is its size as the caller's IO saw it, `ctx` is current. The
   // change notices must have been taken (take_changes) since the read began.
   const char* acquire(int fd, uint64_t off, uint64_t len, uint64_t file_size,
-                      cuda::CUcontext ctx, bool may_make, WindowLease* lease);
+                      cuda::CUcontext ctx, Make make, WindowLease* lease);
   void release(WindowLease* lease);
   // What a read of [off, off+len) (`file_size` as the read saw it) finds, in one look:
   //   ready   registered windows of the current file serve all of it now;

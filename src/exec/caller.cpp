@@ -151,16 +151,26 @@ struct Turn {
 
 class CallerRun {
  public:
-  CallerRun(Job& job, const StagingLease& lease) : job_(job), turns_(lease.count()) {
+  CallerRun(Job& job, const StagingLease& lease)
+      : job_(job),
+        turns_(lease.count()),
+        ahead_(job.makes_windows_ahead && job.windows != nullptr),
+        make_(ahead_                ? FileWindows::Make::now
+              : job.makes_windows   ? FileWindows::Make::when_wanted
+                                    : FileWindows::Make::never) {
     for (unsigned i = 0; i < turns_; ++i) turn_[i].buf = lease.buffer(i);
   }
 
-  uint64_t run() {
+  uint64_t run(const Chunk* first) {
     if (job_.staged() && turns_ == 0) return 0;  // no staging: the pieces are left to workers
     cuda::ScopedContext ctx(job_.staged() ? job_.mem.context : nullptr);
     Chunk c;
     unsigned k = 0;
-    while (job_.claim(&c)) {
+    bool have = first != nullptr;
+    if (have) c = *first;
+    // Making windows ahead, this thread takes the pieces from the far end (Job::claim_back).
+    while (have || (ahead_ ? job_.claim_back(&c) : job_.claim(&c))) {
+      have = false;
       if (!job_.staged()) {
         run_in_place(c);
         continue;
@@ -213,7 +223,7 @@ class CallerRun {
     if (want == 0) return false;
     const char* bytes =
         job_.windows->acquire(job_.file.fd_buffered, t.c.off, want, job_.file_size,
-                              job_.mem.context, job_.makes_windows, &t.window);
+                              job_.mem.context, make_, &t.window);
     if (bytes == nullptr) return false;
     t.host = const_cast<char*>(bytes);  // only read: a host-to-device copy's source
     t.got = want;
@@ -289,13 +299,15 @@ class CallerRun {
   Job& job_;
   Turn turn_[StagingLease::kMaxBuffers];
   const unsigned turns_;
+  const bool ahead_;
+  const FileWindows::Make make_;
   uint64_t moved_ = 0;
 };
 
 }  // namespace
 
-uint64_t run_on_caller(Job& job, const StagingLease& lease) {
-  return CallerRun(job, lease).run();
+uint64_t run_on_caller(Job& job, const StagingLease& lease, const Chunk* first) {
+  return CallerRun(job, lease).run(first);
 }
 
 }  // namespace gpufile::exec

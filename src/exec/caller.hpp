@@ -96,7 +96,8 @@ class StagingLease {
 
 // Claims and runs pieces of `job` on the calling thread until none is left unclaimed, through
 // the lease's buffers in turn (host memory needs none). Each piece is reported to the job when
-// its bytes have landed. Returns the bytes this thread moved.
-uint64_t run_on_caller(Job& job, const StagingLease& lease);
+// its bytes have landed. Returns the bytes this thread moved. `first`, when given, is a piece
+// the caller claimed before the job was listed, run before any other.
+uint64_t run_on_caller(Job& job, const StagingLease& lease, const Chunk* first = nullptr);
 
 }  // namespace gpufile::exec

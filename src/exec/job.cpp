@@ -12,16 +12,23 @@ void Job::split(uint64_t step) {
   grid_ = align_down(file_off, file.align.offset);
   step_ = step;
   pieces_ = len == 0 ? 1 : static_cast<uint32_t>((end() - grid_ + step - 1) / step);
-  next_piece_.store(0, std::memory_order_relaxed);
+  cursors_.store(uint64_t{pieces_} << 32, std::memory_order_relaxed);
   pending_.store(pieces_, std::memory_order_relaxed);
 }
 
-bool Job::take(uint32_t* index) {
+bool Job::take(uint32_t* index, bool* last, bool from_back) {
   // A plain load first: threads that find the job exhausted do not write its cache line.
-  if (next_piece_.load(std::memory_order_relaxed) >= pieces_) return false;
-  const uint32_t k = next_piece_.fetch_add(1, std::memory_order_relaxed);
-  if (k >= pieces_) return false;
-  *index = k;
+  uint64_t now = cursors_.load(std::memory_order_relaxed);
+  uint32_t front, back;
+  do {
+    front = static_cast<uint32_t>(now);
+    back = static_cast<uint32_t>(now >> 32);
+    if (front >= back) return false;
+  } while (!cursors_.compare_exchange_weak(
+      now, from_back ? (uint64_t{back - 1} << 32 | front) : (uint64_t{back} << 32 | (front + 1)),
+      std::memory_order_relaxed));
+  *index = from_back ? back - 1 : front;
+  *last = back - front == 1;
   return true;
 }
 
@@ -31,13 +38,17 @@ Chunk Job::piece(uint32_t k) {
   return Chunk{this, begin, stop - begin};
 }
 
-bool Job::claim(Chunk* out) {
+bool Job::claim(Chunk* out) { return claim_from(false, out); }
+bool Job::claim_back(Chunk* out) { return claim_from(true, out); }
+
+bool Job::claim_from(bool from_back, Chunk* out) {
   uint32_t k;
-  if (!take(&k)) return false;
+  bool last;
+  if (!take(&k, &last, from_back)) return false;
   *out = piece(k);
   // The last piece is out: off the executor's list before it can complete (a listed job must
   // stay alive, and only a piece not yet reported keeps it so).
-  if (k + 1 == pieces_ && listed_by_ != nullptr) listed_by_->retire(this);
+  if (last && listed_by_ != nullptr) listed_by_->retire(this);
   return true;
 }
 

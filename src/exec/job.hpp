@@ -66,6 +66,11 @@ class Job {
   // went that way are counted in window_bytes.
   FileWindows* windows = nullptr;
   bool makes_windows = false;  // and it may make the windows it wants (a short read)
+  // A long read that makes the windows of its range during its first reading: its calling
+  // thread claims pieces from the far end (claim_back) and makes a window for each before
+  // copying out of it, while the workers stage pieces from the near end. The windows then
+  // serve its later readings (exec/cache_windows.hpp says why only this thread makes them).
+  bool makes_windows_ahead = false;
   std::atomic<uint64_t> window_bytes{0};
   // Work the caller queued on the legacy default stream before the call, which the workers'
   // copies wait for (Runtime::run records it), or null.
@@ -92,6 +97,10 @@ class Job {
   // job listed or holds another piece of it (either keeps the job alive). Whoever claims a
   // piece reports it with chunk_done. False when every piece is taken.
   bool claim(Chunk* out);
+  // Claims the last unclaimed piece instead: the pieces are taken from both ends, and the two
+  // meet. A read that makes page-cache windows as it goes takes its pieces from the far end
+  // while the workers stage from the near one (makes_windows_ahead below).
+  bool claim_back(Chunk* out);
 
   // Accounting, called once per chunk: `got` bytes of [off, off+chunk_len) were moved.
   void chunk_done(uint64_t off, uint64_t chunk_len, uint64_t got, Error err);
@@ -108,14 +117,18 @@ class Job {
  private:
   friend class Executor;
   void finish();
-  // Takes the index of the next unclaimed piece.
-  bool take(uint32_t* index);
+  // Takes the index of the next unclaimed piece from the front (or, `from_back`, the back);
+  // `*last` tells whether it was the last one left (its taker takes the job off lists).
+  bool take(uint32_t* index, bool* last, bool from_back = false);
+  bool claim_from(bool from_back, Chunk* out);
   Chunk piece(uint32_t index);
 
   uint64_t grid_ = 0;
   uint64_t step_ = 0;
   uint32_t pieces_ = 0;
-  std::atomic<uint32_t> next_piece_{0};
+  // The unclaimed pieces [front, back): front in the low 32 bits, back in the high 32. One
+  // word, so that claims from the two ends never take the same piece.
+  std::atomic<uint64_t> cursors_{0};
   std::atomic<uint32_t> pending_{0};
   std::atomic<uint32_t> done_{0};
   std::atomic<bool> canceled_{false};

@@ -385,6 +385,8 @@ route::LoadFacts load_facts(const Session& s, const exec::Job& job, unsigned cal
     const Plan p = job.windows->plan_read(job.file_off, job.len, job.file_size);
     f.from_page_cache =
         p == Plan::ready || (p == Plan::wanted && job.len <= kShortForWindows * c.slab_bytes);
+    const uint64_t first_read = uint64_t{s.settings.pagecache_dma_first_read_mb} << 20;
+    f.windows_to_make = !f.from_page_cache && first_read > 0 && job.len >= first_read;
   }
   return f;
 }
@@ -496,6 +498,12 @@ IoResult Runtime::run_routed(Io& io, const route::StorageChoice& storage) {
     if (lease.count() == 0) plan = route::plan_for_workers(facts, route::Reason::no_staging);
   }
   job.split(plan.step);
+  job.makes_windows_ahead = plan.make_windows_ahead && plan.runner != route::Runner::workers &&
+                            lease.count() > 0;
+  // Making windows ahead, the caller takes the far end's piece before the workers see the job,
+  // so that its window is made whoever is quicker.
+  exec::Chunk first;
+  const bool claimed_first = job.makes_windows_ahead && job.claim_back(&first);
   const bool on_caller = plan.runner != route::Runner::workers;
   if (!on_caller || plan.helpers > 0) {
     FenceMemo memo;
@@ -503,7 +511,8 @@ IoResult Runtime::run_routed(Io& io, const route::StorageChoice& storage) {
     job.after = io.fence_ ? io.fence_->event() : nullptr;
     s.exec->publish(&job, plan.helpers);
   }
-  const uint64_t mine = on_caller ? exec::run_on_caller(job, lease) : 0;
+  const uint64_t mine =
+      on_caller ? exec::run_on_caller(job, lease, claimed_first ? &first : nullptr) : 0;
   job.wait();
   lease.release();
   IoResult r = job.result();

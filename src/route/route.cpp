@@ -33,6 +33,9 @@ const char* describe(Reason why) {
     case Reason::workers_busy: return "no idle worker: the calling thread runs its own pieces";
     case Reason::from_page_cache:
       return "copies straight out of registered page cache: the calling thread issues them all";
+    case Reason::making_windows:
+      return "a long read of cached bytes: the caller makes their page-cache windows from the far "
+             "end while the workers stage from the near end";
     case Reason::shared: return "the calling thread and idle workers share the pieces";
     case Reason::no_staging: return "no caller staging buffer free: the workers run it";
     case Reason::vendor_off: return "gpufile.vendor is off: gpufile's own paths";
@@ -196,6 +199,19 @@ ThreadPlan plan_threads(const LoadFacts& f) {
   const unsigned share = std::min(f.idle_workers, spare) / callers;
   const uint64_t step = piece_step(f.len, share + 1, f.min_chunk, f.slab);
   if (piece_count(f.grid_offset, f.len, step) == 1) return plan(Runner::caller, step, f, 0, Reason::one_piece);
+  // A long read of cached bytes that can make its page-cache windows as it goes: the caller
+  // makes them from the far end while workers stage from the near end, and the two meet. Only
+  // so: registering holds the driver up for milliseconds a window, and the caller registering
+  // alone reads slower than staging (exec/cache_windows.hpp). Busy workers still take the near
+  // end's pieces as they come free.
+  if (f.staged && f.windows_to_make && piece_count(f.grid_offset, f.len, step) > 1) {
+    const unsigned helpers = std::max(share, 1u);
+    ThreadPlan p = plan(Runner::caller_and_workers,
+                        piece_step(f.len, helpers + 1, f.min_chunk, f.slab), f, helpers,
+                        Reason::making_windows);
+    p.make_windows_ahead = true;
+    return p;
+  }
   if (share == 0) return plan(Runner::caller, step, f, 0, Reason::workers_busy);
   return plan(Runner::caller_and_workers, step, f, share, Reason::shared);
 }

@@ -40,6 +40,7 @@ enum class Reason : int {
   callers_busy,       // enough calls run at once to keep every worker busy with whole pieces
   workers_busy,       // no idle worker to share with: the caller runs its own pieces
   from_page_cache,    // copies straight out of registered page cache: the caller issues them all
+  making_windows,     // the caller makes page-cache windows from the far end, workers stage
   shared,             // the caller and idle workers share the pieces
   no_staging,         // every caller staging buffer is in use: the workers run it
   // vendor (NVIDIA's libcufile, path 5)
@@ -153,6 +154,9 @@ struct LoadFacts {
   // The bytes are copied into the GPU straight out of registered page-cache windows
   // (copies_from_cache, with windows ready or the read short): no kernel read, no CPU copy.
   bool from_page_cache = false;
+  // Not that, but the read could make the windows it lacks as it goes: a staged read of cached
+  // bytes of a file that takes page-cache DMA, at least gpufile.pagecache_dma_first_read_mb long.
+  bool windows_to_make = false;
 };
 
 struct ThreadPlan {
@@ -161,6 +165,9 @@ struct ThreadPlan {
   uint32_t pieces = 1;     // how many pieces that makes
   unsigned helpers = 0;    // workers to wake: for the pieces the caller leaves, or for all of them
   Reason why = Reason::asynchronous;
+  // The caller makes page-cache windows from the far end of the request while the workers
+  // stage from the near end (exec::Job::makes_windows_ahead): only where workers share it.
+  bool make_windows_ahead = false;
 };
 
 // The size of the pieces a request of `len` bytes is cut into when `pieces` threads share it:

@@ -3,6 +3,7 @@
 // time; whatever replaces the file's pages (truncation and rewriting, writes through gpufile) is
 // seen before a window serves another read; the budget bounds what is registered; a file the
 // kernel will not map is staged; and every byte is right whichever way it went.
+#include <linux/falloc.h>
 #include <sys/mman.h>
 
 #include <future>
@@ -40,6 +41,7 @@ class PageCacheDma : public CapiTest {
     session_.reset();
     unsetenv("GPUFILE_PAGECACHE_DMA_MB");
     unsetenv("GPUFILE_PAGECACHE_DMA_IDLE_MS");
+    unsetenv("GPUFILE_PAGECACHE_DMA_FIRST_READ_MB");
     CapiTest::TearDown();
   }
 
@@ -358,6 +360,141 @@ TEST_F(PageCacheDma, ZeroTurnsItOff) {
   const uint64_t dma_before = read_bytes_by(Path::page_cache_dma);
   for (int pass = 0; pass < 2; ++pass) EXPECT_EQ(read_and_check(h, data_, 0, kFileSize, MiB), "");
   EXPECT_EQ(read_bytes_by(Path::page_cache_dma), dma_before);
+}
+
+
+// ---- windows made during a first reading (gpufile.pagecache_dma_first_read_mb) ------------------
+
+class FirstReadWindows : public PageCacheDma {
+ protected:
+  void SetUp() override {
+    PageCacheDma::SetUp();
+    if (IsSkipped()) return;
+    setenv("GPUFILE_PAGECACHE_DMA_FIRST_READ_MB", "16", 1);
+    ASSERT_NO_FATAL_FAILURE(open_session());
+    controls_ = fake_controls();
+  }
+  void TearDown() override {
+    if (controls_.reset_faults) controls_.reset_faults();
+    PageCacheDma::TearDown();
+  }
+  FakeControls controls_;
+};
+
+// A long read (at least first_read_mb) of cached bytes makes their windows as it goes, from the
+// far end (its last piece first), while the workers stage from the near end: its next reading
+// copies every byte out of the windows.
+TEST_F(FirstReadWindows, ALongFirstReadMakesWindowsAsItGoes) {
+  Handle h(path_, O_RDONLY);
+  ASSERT_TRUE(h.ok());
+  const size_t registered_before = live_registered_ ? live_registered_() : 0;
+  const uint64_t dma_before = read_bytes_by(Path::page_cache_dma);
+  ASSERT_EQ(read_and_check(h, data_, 0, kFileSize, kFileSize), "");
+  const uint64_t first = read_bytes_by(Path::page_cache_dma) - dma_before;
+  EXPECT_GT(first, 0u) << "the first reading made no window";
+  EXPECT_LE(first, kFileSize);
+  if (live_registered_) {
+    EXPECT_GE(live_registered_() - registered_before, kFileSize) << "its one window is not registered";
+  }
+  ASSERT_EQ(read_and_check(h, data_, 0, kFileSize, kFileSize), "");
+  EXPECT_EQ(read_bytes_by(Path::page_cache_dma) - dma_before - first, kFileSize)
+      << "the second reading did not copy every byte out of the window";
+}
+
+// Below first_read_mb, or with it 0, a first reading makes nothing.
+TEST_F(FirstReadWindows, ShorterReadsAndZeroMakeNoneOnAFirstReading) {
+  Handle h(path_, O_RDONLY);
+  ASSERT_TRUE(h.ok());
+  const uint64_t dma_before = read_bytes_by(Path::page_cache_dma);
+  ASSERT_EQ(read_and_check(h, data_, 0, 12 * MiB, 12 * MiB), "");
+  EXPECT_EQ(read_bytes_by(Path::page_cache_dma), dma_before) << "a 12 MiB read made a window";
+  setenv("GPUFILE_PAGECACHE_DMA_FIRST_READ_MB", "0", 1);
+  ASSERT_NO_FATAL_FAILURE(open_session());
+  Handle again(path_, O_RDONLY);
+  ASSERT_TRUE(again.ok());
+  ASSERT_EQ(read_and_check(again, data_, 0, kFileSize, kFileSize), "");
+  EXPECT_EQ(read_bytes_by(Path::page_cache_dma), dma_before) << "0 did not turn it off";
+}
+
+// The driver refusing a registration midway (the second window of three): the read is whole,
+// the file is staged from then on until it changes, and nothing stays registered after it.
+TEST_F(FirstReadWindows, ARegistrationRefusedMidwayLeavesTheReadWhole) {
+  if (!controls_.fail_call || !live_registered_) GTEST_SKIP() << "needs the test double's fault hooks";
+  const std::string big = dir_.file("three-windows.bin");
+  std::vector<uint8_t> bytes;
+  ASSERT_NO_FATAL_FAILURE(make_file(big, test_seed() * 31, 160 * MiB, &bytes));
+  const size_t registered_before = live_registered_();
+  {
+    Handle h(big, O_RDONLY);
+    ASSERT_TRUE(h.ok());
+    const uint64_t dma_before = read_bytes_by(Path::page_cache_dma);
+    ASSERT_EQ(controls_.fail_call("cuMemHostRegister_v2", 2, 2 /* CUDA_ERROR_OUT_OF_MEMORY */), 0);
+    ASSERT_EQ(read_and_check(h, bytes, 0, bytes.size(), bytes.size()), "");
+    const uint64_t made = read_bytes_by(Path::page_cache_dma) - dma_before;
+    EXPECT_GT(made, 0u) << "the last window (made before the refusal) served nothing";
+    EXPECT_LE(made, 32 * MiB) << "bytes came out of a window whose registration was refused";
+    controls_.reset_faults();
+    const uint64_t registered = live_registered_();
+    ASSERT_EQ(read_and_check(h, bytes, 0, bytes.size(), bytes.size()), "");
+    EXPECT_EQ(live_registered_(), registered) << "a refused file was registered again";
+  }
+  EXPECT_EQ(live_registered_(), registered_before) << "a window outlived its file's handle";
+}
+
+// The far end of the file replaced (its pages punched out and written anew) while a first
+// reading's window over it is being registered: that reading ends whole, its last piece as it
+// was before or after the change (as a pread racing with the change), and the next reading sees
+// the new bytes, not the pages the old window pinned.
+TEST_F(FirstReadWindows, PagesReplacedWhileTheirWindowIsMadeAreReadAnewNextTime) {
+  auto hold = reinterpret_cast<void (*)(int)>(driver_symbol("fakecuda_hold_registrations"));
+  auto waiting = reinterpret_cast<int (*)()>(driver_symbol("fakecuda_registrations_waiting"));
+  if (!hold || !waiting) GTEST_SKIP() << "needs the test double's registration hold";
+  struct Release {  // whatever happens, nothing stays held
+    void (*hold)(int);
+    ~Release() { hold(0); }
+  } release{hold};
+  constexpr uint64_t kTail = 4 * MiB;  // the caller's first piece: only it reads these bytes
+  const uint64_t tail_at = kFileSize - kTail;
+  Handle h(path_, O_RDONLY);
+  ASSERT_TRUE(h.ok());
+  bind_context();
+  std::string why;
+  auto buf = Buffer::make(Mem::device, kFileSize, &why);
+  ASSERT_TRUE(buf) << why;
+  hold(1);
+  auto first = std::async(std::launch::async, [&] {
+    bind_context();
+    return cuFileRead(h.get(), buf->ptr(), kFileSize, 0, 0);
+  });
+  for (int i = 0; i < 10000 && waiting() == 0; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  ASSERT_EQ(waiting(), 1) << "the first reading never began registering its window";
+  std::vector<uint8_t> renewed = data_;
+  {
+    Rng rng(test_seed() * 37);
+    const std::vector<uint8_t> tail = rng.bytes(kTail);
+    std::memcpy(renewed.data() + tail_at, tail.data(), kTail);
+    const int fd = ::open(path_.c_str(), O_WRONLY | O_CLOEXEC);
+    ASSERT_GE(fd, 0) << strerror(errno);
+    if (::fallocate(fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, static_cast<off_t>(tail_at),
+                    static_cast<off_t>(kTail)) != 0) {
+      const int e = errno;
+      ::close(fd);
+      hold(0);
+      first.wait();
+      GTEST_SKIP() << "the file system cannot punch holes: " << strerror(e);
+    }
+    ASSERT_EQ(::pwrite(fd, tail.data(), kTail, static_cast<off_t>(tail_at)), static_cast<ssize_t>(kTail));
+    ::close(fd);
+  }
+  hold(0);
+  ASSERT_EQ(first.get(), static_cast<ssize_t>(kFileSize));
+  const std::vector<uint8_t> got = buf->read_back(0, kFileSize);
+  EXPECT_EQ(first_mismatch(got.data(), data_.data(), tail_at), "") << "bytes nobody changed";
+  const bool old_tail = std::memcmp(got.data() + tail_at, data_.data() + tail_at, kTail) == 0;
+  const bool new_tail = std::memcmp(got.data() + tail_at, renewed.data() + tail_at, kTail) == 0;
+  EXPECT_TRUE(old_tail || new_tail) << "the replaced piece is neither what it was nor what it became";
+  EXPECT_EQ(read_and_check(h, renewed, 0, kFileSize, kFileSize), "") << "the next reading saw stale pages";
+  EXPECT_EQ(read_and_check(h, renewed, 0, kFileSize, MiB), "");
 }
 
 }  // namespace

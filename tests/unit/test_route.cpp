@@ -156,6 +156,47 @@ TEST(PlanThreads, WhoRunsWhat) {
   }
 }
 
+// A long read of cached bytes whose windows are not made yet: the caller makes them from the far
+// end while workers stage from the near end, even when no worker is idle now (they take the
+// near end's pieces as they come free), since the caller registering alone is slower than
+// staging. Asynchronous IO and callers enough to keep the workers busy are left as they were.
+TEST(PlanThreads, ALongReadMakesItsWindowsWithWorkersAlongside) {
+  auto to_make = [](LoadFacts f) {
+    f.windows_to_make = true;
+    return f;
+  };
+  struct Row {
+    const char* what;
+    LoadFacts facts;
+    Runner runner;
+    uint32_t pieces;
+    unsigned helpers;
+    Reason why;
+    bool ahead;
+  };
+  const Row rows[] = {
+      {"64 MiB alone", to_make(sixteen_cores(64 * MiB, 1)), Runner::caller_and_workers, 16, 12,
+       Reason::making_windows, true},
+      {"64 MiB, no worker idle now: one is counted on", to_make(sixteen_cores(64 * MiB, 1, 0)),
+       Runner::caller_and_workers, 16, 1, Reason::making_windows, true},
+      {"64 MiB x 16 callers: the workers run it all", to_make(sixteen_cores(64 * MiB, 16)),
+       Runner::workers, 16, 12, Reason::callers_busy, false},
+      {"asynchronous: the workers", async(to_make(sixteen_cores(64 * MiB, 1))), Runner::workers,
+       16, 12, Reason::asynchronous, false},
+      {"host memory has no windows to make", host(to_make(sixteen_cores(64 * MiB, 1))),
+       Runner::caller_and_workers, 16, 12, Reason::shared, false},
+  };
+  for (const Row& r : rows) {
+    SCOPED_TRACE(r.what);
+    ThreadPlan p = plan_threads(r.facts);
+    EXPECT_EQ(p.runner, r.runner) << describe(p.runner);
+    EXPECT_EQ(p.pieces, r.pieces);
+    EXPECT_EQ(p.helpers, r.helpers);
+    EXPECT_EQ(p.why, r.why) << describe(p.why);
+    EXPECT_EQ(p.make_windows_ahead, r.ahead);
+  }
+}
+
 TEST(PlanThreads, NoPieceIsLargerThanASlabExceptSmallIoOnTheCaller) {
   for (uint64_t len : {65 * KiB, 1 * MiB, 5 * MiB + 3, 64 * MiB})
     for (unsigned callers : {1u, 3u, 16u, 40u})
