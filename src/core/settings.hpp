@@ -91,7 +91,7 @@ struct Settings {
   size_t caller_slabs = 0;         // GPUFILE_CALLER_SLABS: callers' staging slabs; 0 = 2 per core, 8 or more
   size_t pagecache_dma_mb = 8192;  // GPUFILE_PAGECACHE_DMA_MB: page cache registered for DMA at most; 0 = off
   size_t pagecache_dma_idle_ms = 1000;  // GPUFILE_PAGECACHE_DMA_IDLE_MS: unused this long, a window may make room
-  size_t pagecache_dma_first_read_mb = 64;  // GPUFILE_PAGECACHE_DMA_FIRST_READ_MB: reads this long make windows on their first reading; 0 = never
+  size_t pagecache_dma_long_read_mb = 16;  // GPUFILE_PAGECACHE_DMA_LONG_READ_MB: reads this long of bytes read before make their windows; 0 = never
   NumaPlacement numa_placement = NumaPlacement::automatic;  // GPUFILE_NUMA_PLACEMENT: auto|off
   // Remote objects (src/io/remote, docs/remote.md).
   size_t remote_part_kb = 8192;    // GPUFILE_REMOTE_PART_KB: one ranged GET (and its staging buffer)

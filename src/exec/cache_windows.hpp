@@ -74,9 +74,12 @@ class FileWindows {
   // Registering holds up every other call into the driver for milliseconds (one cuFileRead of
   // a 4 GiB file, registering windows as it read, went from 48 to 26 GiB/s on the H200, and
   // KvikIO's first read from 42 to 28), so a file read once is staged as before; its second
-  // reading makes the windows, and every later one copies out of them. Only short reads make
-  // them (the caller says, `may_make`): a long read is staged at 94% of host-to-device anyway,
-  // and an 8 GiB HDF5 read that made its 128 windows ran at 11 GiB/s against 42 staged.
+  // reading makes the windows, and every later one copies out of them. A short read makes them
+  // on its calling thread alone; a long one only while workers stage the rest of it
+  // (Job::makes_windows_ahead): made one after another by one thread, an 8 GiB HDF5 read that
+  // made its 128 windows ran at 11 GiB/s against 42 staged. One GPU's link takes staged bytes
+  // at 94% of host-to-device, but several GPUs' links share host memory, which staging crosses
+  // three times (docs/performance.md, "The host model"): there the windows pay.
   enum class ReadPlan { ready, wanted, staged };
   ReadPlan plan_read(uint64_t off, uint64_t len, uint64_t file_size);
 

@@ -66,10 +66,10 @@ class Job {
   // went that way are counted in window_bytes.
   FileWindows* windows = nullptr;
   bool makes_windows = false;  // and it may make the windows it wants (a short read)
-  // A long read that makes the windows of its range during its first reading: its calling
-  // thread claims pieces from the far end (claim_back) and makes a window for each before
-  // copying out of it, while the workers stage pieces from the near end. The windows then
-  // serve its later readings (exec/cache_windows.hpp says why only this thread makes them).
+  // A long read of bytes read before that makes their windows as it goes: its calling thread
+  // claims pieces from the far end (claim_back) and makes a window for each before copying out
+  // of it, while the workers stage pieces from the near end. The windows then serve later
+  // readings (exec/cache_windows.hpp says why only this thread makes them).
   bool makes_windows_ahead = false;
   std::atomic<uint64_t> window_bytes{0};
   // Work the caller queued on the legacy default stream before the call, which the workers'

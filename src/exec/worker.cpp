@@ -150,6 +150,7 @@ void Worker::start(unsigned i, const Chunk& c) {
     return;
   }
   const Job& job = *c.job;
+  if (job.windows != nullptr && start_from_window(i, c)) return;
   if (job.staged() && !is_read(job)) {
     s.stage = Stage::copy_to_host;
     if (Error e = start_copy_to_host(i)) report(i, s.pieces[0], 0, e);
@@ -177,6 +178,27 @@ void Worker::start(unsigned i, const Chunk& c) {
   issue_all(i);
   // Asked once this piece's IO is in flight: the disk works while the deeper ring is pinned.
   if (cold && ++cold_pieces_ == kColdPiecesBeforeDeeper) owner_.deepen_for_cold(ctx);
+}
+
+bool Worker::start_from_window(unsigned i, const Chunk& c) {
+  Slot& s = slots_[i];
+  Piece& p = s.pieces[0];
+  Job& job = *c.job;
+  const uint64_t want = c.off < job.file_size ? std::min(c.len, job.file_size - c.off) : 0;
+  if (want == 0) return false;
+  // Workers only use windows made already: making one holds the driver up for milliseconds,
+  // which the calling thread of a read pays (Job::makes_windows_ahead), not a worker's pipeline.
+  const char* bytes = job.windows->acquire(job.file.fd_buffered, c.off, want, job.file_size,
+                                           s.ctx, FileWindows::Make::never, &p.window);
+  if (bytes == nullptr) return false;
+  p.mem = const_cast<char*>(bytes);  // only read: a host-to-device copy's source
+  p.plan = ChunkPlan{};
+  p.plan.base = c.off;
+  p.got = want;
+  p.copying = true;
+  s.stage = Stage::copy_to_device;
+  if (Error e = start_copies_to_device(i)) report(i, p, 0, e);
+  return true;
 }
 
 // Adds chunk `c` to the slot, its blocks at slab byte `at`. A piece of a canceled job is
@@ -459,6 +481,10 @@ void Worker::report(unsigned i, Piece& p, uint64_t got, Error err) {
   const Chunk c = p.chunk;
   p.copying = false;
   p.chunk = Chunk{};
+  if (p.window.held()) {  // the copy is done with the window (or never ran)
+    c.job->windows->release(&p.window);
+    if (err.ok()) c.job->window_bytes.fetch_add(got, std::memory_order_relaxed);
+  }
   // The slot is free before the last report: the job may be destroyed by it (batch
   // completions do), and nothing of it may be touched after.
   bool last = true;

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "cuda/driver.hpp"
+#include "exec/cache_windows.hpp"
 #include "exec/executor.hpp"
 #include "io/engine.hpp"
 
@@ -62,6 +63,7 @@ class Worker {
     uint64_t got = 0;
     Error err;
     bool copying = false;  // its copy to the GPU runs with the slot's
+    WindowLease window;    // held: the copy reads a page-cache window, not the slab
   };
 
   struct Slot {
@@ -84,6 +86,9 @@ class Worker {
   bool fill_free_slots();
   bool claim_next(Chunk* out);
   void start(unsigned i, const Chunk& c);
+  // A read of cached bytes whose page-cache window is made: its copy takes them straight out of
+  // the window (exec/cache_windows.hpp), with no kernel read. False when no window serves it.
+  bool start_from_window(unsigned i, const Chunk& c);
   bool add_piece(Slot& s, const Chunk& c, uint64_t at);
   void issue_all(unsigned i);
   void issue(unsigned i, unsigned p, int seg);

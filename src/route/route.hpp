@@ -155,7 +155,8 @@ struct LoadFacts {
   // (copies_from_cache, with windows ready or the read short): no kernel read, no CPU copy.
   bool from_page_cache = false;
   // Not that, but the read could make the windows it lacks as it goes: a staged read of cached
-  // bytes of a file that takes page-cache DMA, at least gpufile.pagecache_dma_first_read_mb long.
+  // bytes read before, of a file that takes page-cache DMA, at least
+  // gpufile.pagecache_dma_long_read_mb long.
   bool windows_to_make = false;
 };
 

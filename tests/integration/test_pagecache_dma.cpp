@@ -41,7 +41,7 @@ class PageCacheDma : public CapiTest {
     session_.reset();
     unsetenv("GPUFILE_PAGECACHE_DMA_MB");
     unsetenv("GPUFILE_PAGECACHE_DMA_IDLE_MS");
-    unsetenv("GPUFILE_PAGECACHE_DMA_FIRST_READ_MB");
+    unsetenv("GPUFILE_PAGECACHE_DMA_LONG_READ_MB");
     CapiTest::TearDown();
   }
 
@@ -115,11 +115,12 @@ TEST_F(PageCacheDma, AFileReadOnceIsStaged) {
   EXPECT_GT(read_bytes_by(Path::page_cache_dma), dma_before) << "the second reading made no window";
 }
 
-// A long read (above four slabs: 24 MiB here) only uses windows already made: read again and
-// again whole, the file is staged every time, since making its windows on the way holds every
-// other call into the driver up (an 8 GiB read that made them ran at a quarter of the speed).
-// Once short reads have made them, a long read copies out of them.
-TEST_F(PageCacheDma, OnlyShortReadsMakeWindows) {
+// With gpufile.pagecache_dma_long_read_mb 0, a long read (above four slabs: 24 MiB here) only
+// uses windows already made: read again and again whole, the file is staged every time. Once
+// short reads have made them, a long read copies out of them.
+TEST_F(PageCacheDma, WithLongReadsOffOnlyShortReadsMakeWindows) {
+  setenv("GPUFILE_PAGECACHE_DMA_LONG_READ_MB", "0", 1);
+  ASSERT_NO_FATAL_FAILURE(open_session());
   Handle h(path_, O_RDONLY);
   ASSERT_TRUE(h.ok());
   const uint64_t dma_before = read_bytes_by(Path::page_cache_dma);
@@ -363,14 +364,14 @@ TEST_F(PageCacheDma, ZeroTurnsItOff) {
 }
 
 
-// ---- windows made during a first reading (gpufile.pagecache_dma_first_read_mb) ------------------
+// ---- windows made by long reads of bytes read before (gpufile.pagecache_dma_long_read_mb) -------
 
-class FirstReadWindows : public PageCacheDma {
+class LongReadWindows : public PageCacheDma {
  protected:
   void SetUp() override {
     PageCacheDma::SetUp();
     if (IsSkipped()) return;
-    setenv("GPUFILE_PAGECACHE_DMA_FIRST_READ_MB", "16", 1);
+    setenv("GPUFILE_PAGECACHE_DMA_LONG_READ_MB", "16", 1);
     ASSERT_NO_FATAL_FAILURE(open_session());
     controls_ = fake_controls();
   }
@@ -381,44 +382,52 @@ class FirstReadWindows : public PageCacheDma {
   FakeControls controls_;
 };
 
-// A long read (at least first_read_mb) of cached bytes makes their windows as it goes, from the
-// far end (its last piece first), while the workers stage from the near end: its next reading
-// copies every byte out of the windows.
-TEST_F(FirstReadWindows, ALongFirstReadMakesWindowsAsItGoes) {
+// A long read (at least long_read_mb) of cached bytes read before makes their windows as it
+// goes, from the far end (its last piece first) while the workers stage from the near end; the
+// first reading makes none. The reading after copies every byte out of the windows.
+TEST_F(LongReadWindows, TheSecondLongReadingMakesTheWindows) {
   Handle h(path_, O_RDONLY);
   ASSERT_TRUE(h.ok());
   const size_t registered_before = live_registered_ ? live_registered_() : 0;
   const uint64_t dma_before = read_bytes_by(Path::page_cache_dma);
   ASSERT_EQ(read_and_check(h, data_, 0, kFileSize, kFileSize), "");
-  const uint64_t first = read_bytes_by(Path::page_cache_dma) - dma_before;
-  EXPECT_GT(first, 0u) << "the first reading made no window";
-  EXPECT_LE(first, kFileSize);
+  EXPECT_EQ(read_bytes_by(Path::page_cache_dma), dma_before) << "the first reading made a window";
+  ASSERT_EQ(read_and_check(h, data_, 0, kFileSize, kFileSize), "");
+  const uint64_t second = read_bytes_by(Path::page_cache_dma) - dma_before;
+  EXPECT_GT(second, 0u) << "the second reading made no window";
+  EXPECT_LE(second, kFileSize);
   if (live_registered_) {
     EXPECT_GE(live_registered_() - registered_before, kFileSize) << "its one window is not registered";
   }
   ASSERT_EQ(read_and_check(h, data_, 0, kFileSize, kFileSize), "");
-  EXPECT_EQ(read_bytes_by(Path::page_cache_dma) - dma_before - first, kFileSize)
-      << "the second reading did not copy every byte out of the window";
+  EXPECT_EQ(read_bytes_by(Path::page_cache_dma) - dma_before - second, kFileSize)
+      << "the third reading did not copy every byte out of the window";
 }
 
-// Below first_read_mb, or with it 0, a first reading makes nothing.
-TEST_F(FirstReadWindows, ShorterReadsAndZeroMakeNoneOnAFirstReading) {
+// Below long_read_mb (and above the short reads' four slabs), or with it 0, a long read makes
+// nothing however often it is read.
+TEST_F(LongReadWindows, ShorterReadsAndZeroMakeNone) {
   Handle h(path_, O_RDONLY);
   ASSERT_TRUE(h.ok());
   const uint64_t dma_before = read_bytes_by(Path::page_cache_dma);
-  ASSERT_EQ(read_and_check(h, data_, 0, 12 * MiB, 12 * MiB), "");
-  EXPECT_EQ(read_bytes_by(Path::page_cache_dma), dma_before) << "a 12 MiB read made a window";
-  setenv("GPUFILE_PAGECACHE_DMA_FIRST_READ_MB", "0", 1);
+  setenv("GPUFILE_PAGECACHE_DMA_LONG_READ_MB", "20", 1);
+  ASSERT_NO_FATAL_FAILURE(open_session());
+  Handle shorter(path_, O_RDONLY);
+  ASSERT_TRUE(shorter.ok());
+  for (int pass = 0; pass < 3; ++pass) ASSERT_EQ(read_and_check(shorter, data_, 0, 18 * MiB, 18 * MiB), "");
+  EXPECT_EQ(read_bytes_by(Path::page_cache_dma), dma_before) << "an 18 MiB read made a window";
+  setenv("GPUFILE_PAGECACHE_DMA_LONG_READ_MB", "0", 1);
   ASSERT_NO_FATAL_FAILURE(open_session());
   Handle again(path_, O_RDONLY);
   ASSERT_TRUE(again.ok());
-  ASSERT_EQ(read_and_check(again, data_, 0, kFileSize, kFileSize), "");
+  for (int pass = 0; pass < 3; ++pass) ASSERT_EQ(read_and_check(again, data_, 0, kFileSize, kFileSize), "");
   EXPECT_EQ(read_bytes_by(Path::page_cache_dma), dma_before) << "0 did not turn it off";
 }
 
-// The driver refusing a registration midway (the second window of three): the read is whole,
+// The driver refusing a registration midway (the second window of three, on the second
+// reading): the read is whole,
 // the file is staged from then on until it changes, and nothing stays registered after it.
-TEST_F(FirstReadWindows, ARegistrationRefusedMidwayLeavesTheReadWhole) {
+TEST_F(LongReadWindows, ARegistrationRefusedMidwayLeavesTheReadWhole) {
   if (!controls_.fail_call || !live_registered_) GTEST_SKIP() << "needs the test double's fault hooks";
   const std::string big = dir_.file("three-windows.bin");
   std::vector<uint8_t> bytes;
@@ -427,6 +436,7 @@ TEST_F(FirstReadWindows, ARegistrationRefusedMidwayLeavesTheReadWhole) {
   {
     Handle h(big, O_RDONLY);
     ASSERT_TRUE(h.ok());
+    ASSERT_EQ(read_and_check(h, bytes, 0, bytes.size(), bytes.size()), "");  // read once: staged
     const uint64_t dma_before = read_bytes_by(Path::page_cache_dma);
     ASSERT_EQ(controls_.fail_call("cuMemHostRegister_v2", 2, 2 /* CUDA_ERROR_OUT_OF_MEMORY */), 0);
     ASSERT_EQ(read_and_check(h, bytes, 0, bytes.size(), bytes.size()), "");
@@ -441,11 +451,11 @@ TEST_F(FirstReadWindows, ARegistrationRefusedMidwayLeavesTheReadWhole) {
   EXPECT_EQ(live_registered_(), registered_before) << "a window outlived its file's handle";
 }
 
-// The far end of the file replaced (its pages punched out and written anew) while a first
+// The far end of the file replaced (its pages punched out and written anew) while a second
 // reading's window over it is being registered: that reading ends whole, its last piece as it
 // was before or after the change (as a pread racing with the change), and the next reading sees
 // the new bytes, not the pages the old window pinned.
-TEST_F(FirstReadWindows, PagesReplacedWhileTheirWindowIsMadeAreReadAnewNextTime) {
+TEST_F(LongReadWindows, PagesReplacedWhileTheirWindowIsMadeAreReadAnewNextTime) {
   auto hold = reinterpret_cast<void (*)(int)>(driver_symbol("fakecuda_hold_registrations"));
   auto waiting = reinterpret_cast<int (*)()>(driver_symbol("fakecuda_registrations_waiting"));
   if (!hold || !waiting) GTEST_SKIP() << "needs the test double's registration hold";
@@ -461,13 +471,14 @@ TEST_F(FirstReadWindows, PagesReplacedWhileTheirWindowIsMadeAreReadAnewNextTime)
   std::string why;
   auto buf = Buffer::make(Mem::device, kFileSize, &why);
   ASSERT_TRUE(buf) << why;
+  ASSERT_EQ(read_and_check(h, data_, 0, kFileSize, kFileSize), "");  // read once: staged
   hold(1);
-  auto first = std::async(std::launch::async, [&] {
+  auto second = std::async(std::launch::async, [&] {
     bind_context();
     return cuFileRead(h.get(), buf->ptr(), kFileSize, 0, 0);
   });
   for (int i = 0; i < 10000 && waiting() == 0; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(1));
-  ASSERT_EQ(waiting(), 1) << "the first reading never began registering its window";
+  ASSERT_EQ(waiting(), 1) << "the second reading never began registering its window";
   std::vector<uint8_t> renewed = data_;
   {
     Rng rng(test_seed() * 37);
@@ -480,14 +491,14 @@ TEST_F(FirstReadWindows, PagesReplacedWhileTheirWindowIsMadeAreReadAnewNextTime)
       const int e = errno;
       ::close(fd);
       hold(0);
-      first.wait();
+      second.wait();
       GTEST_SKIP() << "the file system cannot punch holes: " << strerror(e);
     }
     ASSERT_EQ(::pwrite(fd, tail.data(), kTail, static_cast<off_t>(tail_at)), static_cast<ssize_t>(kTail));
     ::close(fd);
   }
   hold(0);
-  ASSERT_EQ(first.get(), static_cast<ssize_t>(kFileSize));
+  ASSERT_EQ(second.get(), static_cast<ssize_t>(kFileSize));
   const std::vector<uint8_t> got = buf->read_back(0, kFileSize);
   EXPECT_EQ(first_mismatch(got.data(), data_.data(), tail_at), "") << "bytes nobody changed";
   const bool old_tail = std::memcmp(got.data() + tail_at, data_.data() + tail_at, kTail) == 0;
@@ -495,6 +506,49 @@ TEST_F(FirstReadWindows, PagesReplacedWhileTheirWindowIsMadeAreReadAnewNextTime)
   EXPECT_TRUE(old_tail || new_tail) << "the replaced piece is neither what it was nor what it became";
   EXPECT_EQ(read_and_check(h, renewed, 0, kFileSize, kFileSize), "") << "the next reading saw stale pages";
   EXPECT_EQ(read_and_check(h, renewed, 0, kFileSize, MiB), "");
+}
+
+// The workers copy out of windows made already: a batch read (the workers' IO) of a file whose
+// windows a long reading made takes every byte straight from them.
+TEST_F(LongReadWindows, WorkersCopyOutOfWindowsMadeAlready) {
+  Handle h(path_, O_RDONLY);
+  ASSERT_TRUE(h.ok());
+  for (int pass = 0; pass < 3; ++pass) ASSERT_EQ(read_and_check(h, data_, 0, kFileSize, kFileSize), "");
+  bind_context();
+  std::string why;
+  auto buf = Buffer::make(Mem::device, kFileSize, &why);
+  ASSERT_TRUE(buf) << why;
+  constexpr unsigned kEntries = 6;  // 4 MiB each, one piece apiece
+  std::vector<CUfileIOParams_t> io(kEntries);
+  for (unsigned k = 0; k < kEntries; ++k) {
+    io[k].mode = CUFILE_BATCH;
+    io[k].u.batch = {buf->ptr(), static_cast<off_t>(k * 4 * MiB), static_cast<off_t>(k * 4 * MiB), 4 * MiB};
+    io[k].fh = h.get();
+    io[k].opcode = CUFILE_READ;
+    io[k].cookie = &io[k];
+  }
+  const uint64_t dma_before = read_bytes_by(Path::page_cache_dma);
+  CUfileBatchHandle_t b = nullptr;
+  ASSERT_EQ(cuFileBatchIOSetUp(&b, kEntries).err, CU_FILE_SUCCESS);
+  ASSERT_EQ(cuFileBatchIOSubmit(b, kEntries, io.data(), 0).err, CU_FILE_SUCCESS);
+  unsigned done = 0;
+  std::vector<CUfileIOEvents_t> ev(kEntries);
+  for (int tries = 0; done < kEntries && tries < 2000; ++tries) {
+    unsigned nr = kEntries - done;
+    timespec t{0, 10 * 1000 * 1000};
+    ASSERT_EQ(cuFileBatchIOGetStatus(b, 1, &nr, ev.data(), &t).err, CU_FILE_SUCCESS);
+    for (unsigned k = 0; k < nr; ++k) {
+      EXPECT_EQ(ev[k].status, CUFILE_COMPLETE);
+      EXPECT_EQ(ev[k].ret, 4 * MiB);
+    }
+    done += nr;
+  }
+  cuFileBatchIODestroy(b);
+  ASSERT_EQ(done, kEntries);
+  const std::vector<uint8_t> got = buf->read_back(0, kFileSize);
+  EXPECT_EQ(first_mismatch(got.data(), data_.data(), kFileSize), "");
+  EXPECT_EQ(read_bytes_by(Path::page_cache_dma) - dma_before, kFileSize)
+      << "the workers staged bytes a window holds";
 }
 
 }  // namespace
