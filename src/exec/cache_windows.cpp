@@ -63,13 +63,12 @@ const char* FileWindows::acquire(int fd, uint64_t off, uint64_t len, uint64_t fi
   }
   if (it == windows_.end()) {
     auto wanted = demand_.find(index);
-    const bool is_wanted = demand_generation_ == generation && wanted != demand_.end() &&
-                           wanted->second.wanted;
-    if (may_make == Make::never || (may_make == Make::when_wanted && !is_wanted))
+    if (may_make == Make::never || demand_generation_ != generation || wanted == demand_.end() ||
+        !wanted->second.wanted)
       return nullptr;  // read once so far, or a long read: staged
     PageCacheDma::MakerTurn turn(*owner_);
     if (!turn.held()) return nullptr;  // another window is being made: staged meanwhile
-    if (wanted != demand_.end()) demand_.erase(wanted);
+    demand_.erase(wanted);
     if (!make(lock, fd, index, file_size, ctx)) return nullptr;
     it = windows_.find(index);
   } else if (it->second.state != State::ready) {
@@ -85,6 +84,27 @@ const char* FileWindows::acquire(int fd, uint64_t off, uint64_t len, uint64_t fi
   w.last_used = std::chrono::steady_clock::now();
   lease->index = index;
   return w.map + (off - w.off);
+}
+
+bool FileWindows::make_ahead(int fd, uint64_t from, uint64_t to, uint64_t file_size,
+                             cuda::CUcontext ctx) {
+  to = std::min(to, file_size);
+  if (to <= from) return false;
+  std::unique_lock lock(mu_);
+  if (refused_generation_ == generation_.load(std::memory_order_acquire)) return false;
+  const uint64_t nearest = from / kWindow;
+  for (uint64_t index = (to - 1) / kWindow + 1; index-- > nearest;) {
+    if (windows_.count(index) != 0) continue;  // made, being made, or stale (acquire remakes it)
+    PageCacheDma::MakerTurn turn(*owner_);
+    if (!turn.held()) return false;
+    demand_.erase(index);
+    if (!make(lock, fd, index, file_size, ctx)) return false;
+    Window& w = windows_[index];
+    --w.users;  // made for the workers' reads, not held by this thread
+    w.last_used = std::chrono::steady_clock::now();
+    return true;
+  }
+  return false;
 }
 
 bool FileWindows::count_demand_locked(uint64_t off, uint64_t len, uint64_t file_size,

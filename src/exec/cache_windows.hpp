@@ -55,10 +55,9 @@ class FileWindows {
   FileWindows(const FileWindows&) = delete;
   FileWindows& operator=(const FileWindows&) = delete;
 
-  // Whether acquire() may make the window it finds missing: never; when the window is wanted
-  // (read again: plan_read); or now, whatever was read before (a long read making its windows
-  // ahead, Job::makes_windows_ahead).
-  enum class Make { never, when_wanted, now };
+  // Whether acquire() may make the window it finds missing: never, or when the window is
+  // wanted (read again: plan_read).
+  enum class Make { never, when_wanted };
   // File bytes [off, off+len) as a pointer the copy engine reads, valid until release(); null
   // when no window serves them now (the caller stages them as usual). `fd` reads the file
   // (page-cache fd), `file_size` is its size as the caller's IO saw it, `ctx` is current. The
@@ -66,6 +65,10 @@ class FileWindows {
   const char* acquire(int fd, uint64_t off, uint64_t len, uint64_t file_size,
                       cuda::CUcontext ctx, Make make, WindowLease* lease);
   void release(WindowLease* lease);
+  // Makes the farthest window of file bytes [from, to) not made yet. True when one was made; false when none is missing there, another is being made (MakerTurn), the budget
+  // is held by windows in use, or the file is refused. For a long read's calling thread
+  // (Job::makes_windows_ahead); `ctx` is current.
+  bool make_ahead(int fd, uint64_t from, uint64_t to, uint64_t file_size, cuda::CUcontext ctx);
   // What a read of [off, off+len) (`file_size` as the read saw it) finds, in one look:
   //   ready   registered windows of the current file serve all of it now;
   //   wanted  not, but more bytes were asked of one of its windows not made yet than it holds

@@ -155,22 +155,17 @@ class CallerRun {
       : job_(job),
         turns_(lease.count()),
         ahead_(job.makes_windows_ahead && job.windows != nullptr),
-        make_(ahead_                ? FileWindows::Make::now
-              : job.makes_windows   ? FileWindows::Make::when_wanted
-                                    : FileWindows::Make::never) {
+        make_(job.makes_windows ? FileWindows::Make::when_wanted : FileWindows::Make::never) {
     for (unsigned i = 0; i < turns_; ++i) turn_[i].buf = lease.buffer(i);
   }
 
-  uint64_t run(const Chunk* first) {
+  uint64_t run() {
     if (job_.staged() && turns_ == 0) return 0;  // no staging: the pieces are left to workers
     cuda::ScopedContext ctx(job_.staged() ? job_.mem.context : nullptr);
+    if (ahead_) make_windows_ahead();
     Chunk c;
     unsigned k = 0;
-    bool have = first != nullptr;
-    if (have) c = *first;
-    // Making windows ahead, this thread takes the pieces from the far end (Job::claim_back).
-    while (have || (ahead_ ? job_.claim_back(&c) : job_.claim(&c))) {
-      have = false;
+    while (job_.claim(&c)) {
       if (!job_.staged()) {
         run_in_place(c);
         continue;
@@ -188,6 +183,15 @@ class CallerRun {
 
  private:
   bool reading() const { return job_.kind == sys::IoKind::read; }
+
+  // Makes the missing windows of the pieces nobody has claimed yet, farthest first, while the
+  // workers take pieces from the near end (copying out of each window made by the time they
+  // reach it); stops once none is missing there or none can be made now.
+  void make_windows_ahead() {
+    while (job_.windows->make_ahead(job_.file.fd_buffered, job_.unclaimed_from(), job_.end(),
+                                    job_.file_size, job_.mem.context)) {
+    }
+  }
 
   // Host memory: the kernel moves the bytes straight to or from the caller's buffer.
   void run_in_place(const Chunk& c) {
@@ -306,8 +310,8 @@ class CallerRun {
 
 }  // namespace
 
-uint64_t run_on_caller(Job& job, const StagingLease& lease, const Chunk* first) {
-  return CallerRun(job, lease).run(first);
+uint64_t run_on_caller(Job& job, const StagingLease& lease) {
+  return CallerRun(job, lease).run();
 }
 
 }  // namespace gpufile::exec

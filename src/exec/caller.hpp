@@ -96,8 +96,8 @@ class StagingLease {
 
 // Claims and runs pieces of `job` on the calling thread until none is left unclaimed, through
 // the lease's buffers in turn (host memory needs none). Each piece is reported to the job when
-// its bytes have landed. Returns the bytes this thread moved. `first`, when given, is a piece
-// the caller claimed before the job was listed, run before any other.
-uint64_t run_on_caller(Job& job, const StagingLease& lease, const Chunk* first = nullptr);
+// its bytes have landed. Returns the bytes this thread moved. A job that makes its page-cache
+// windows ahead (Job::makes_windows_ahead) has them made first.
+uint64_t run_on_caller(Job& job, const StagingLease& lease);
 
 }  // namespace gpufile::exec

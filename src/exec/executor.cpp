@@ -335,12 +335,11 @@ void Executor::retire(Job* job) {
 
 bool Executor::take_listed(Job* job, Chunk* out) {
   uint32_t k;
-  bool last;
-  if (!job->take(&k, &last)) {
+  if (!job->take(&k)) {
     unlink(job);  // every piece taken; its last claimer may not have retired it yet
     return false;
   }
-  if (last) unlink(job);  // its last piece: Job::claim's rule, lock held
+  if (k + 1 == job->pieces_) unlink(job);  // its last piece: Job::claim's rule, lock held
   *out = job->piece(k);
   return true;
 }
@@ -377,8 +376,7 @@ bool Executor::claim_packable(Chunk* out, cuda::CUcontext ctx, uint64_t max_len,
     if (!packable(*job, max_len) || job->mem.context != ctx) continue;
     if (align_up(job->end(), kPage) - align_down(job->file_off, kPage) > room) continue;
     uint32_t k;
-    bool last;
-    if (!job->take(&k, &last)) continue;  // (taken already: its claimer retires it)
+    if (!job->take(&k)) continue;  // (taken already: its claimer retires it)
     unlink(job);                   // its only piece
     *out = job->piece(k);
     return true;

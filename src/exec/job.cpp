@@ -12,23 +12,16 @@ void Job::split(uint64_t step) {
   grid_ = align_down(file_off, file.align.offset);
   step_ = step;
   pieces_ = len == 0 ? 1 : static_cast<uint32_t>((end() - grid_ + step - 1) / step);
-  cursors_.store(uint64_t{pieces_} << 32, std::memory_order_relaxed);
+  next_piece_.store(0, std::memory_order_relaxed);
   pending_.store(pieces_, std::memory_order_relaxed);
 }
 
-bool Job::take(uint32_t* index, bool* last, bool from_back) {
+bool Job::take(uint32_t* index) {
   // A plain load first: threads that find the job exhausted do not write its cache line.
-  uint64_t now = cursors_.load(std::memory_order_relaxed);
-  uint32_t front, back;
-  do {
-    front = static_cast<uint32_t>(now);
-    back = static_cast<uint32_t>(now >> 32);
-    if (front >= back) return false;
-  } while (!cursors_.compare_exchange_weak(
-      now, from_back ? (uint64_t{back - 1} << 32 | front) : (uint64_t{back} << 32 | (front + 1)),
-      std::memory_order_relaxed));
-  *index = from_back ? back - 1 : front;
-  *last = back - front == 1;
+  if (next_piece_.load(std::memory_order_relaxed) >= pieces_) return false;
+  const uint32_t k = next_piece_.fetch_add(1, std::memory_order_relaxed);
+  if (k >= pieces_) return false;
+  *index = k;
   return true;
 }
 
@@ -38,17 +31,18 @@ Chunk Job::piece(uint32_t k) {
   return Chunk{this, begin, stop - begin};
 }
 
-bool Job::claim(Chunk* out) { return claim_from(false, out); }
-bool Job::claim_back(Chunk* out) { return claim_from(true, out); }
+uint64_t Job::unclaimed_from() const {
+  const uint32_t k = next_piece_.load(std::memory_order_relaxed);
+  return k >= pieces_ ? end() : std::max(file_off, grid_ + k * step_);
+}
 
-bool Job::claim_from(bool from_back, Chunk* out) {
+bool Job::claim(Chunk* out) {
   uint32_t k;
-  bool last;
-  if (!take(&k, &last, from_back)) return false;
+  if (!take(&k)) return false;
   *out = piece(k);
   // The last piece is out: off the executor's list before it can complete (a listed job must
   // stay alive, and only a piece not yet reported keeps it so).
-  if (last && listed_by_ != nullptr) listed_by_->retire(this);
+  if (k + 1 == pieces_ && listed_by_ != nullptr) listed_by_->retire(this);
   return true;
 }
 

@@ -67,9 +67,10 @@ class Job {
   FileWindows* windows = nullptr;
   bool makes_windows = false;  // and it may make the windows it wants (a short read)
   // A long read of bytes read before that makes their windows as it goes: its calling thread
-  // claims pieces from the far end (claim_back) and makes a window for each before copying out
-  // of it, while the workers stage pieces from the near end. The windows then serve later
-  // readings (exec/cache_windows.hpp says why only this thread makes them).
+  // makes the missing windows of the pieces not claimed yet, farthest first, while the workers
+  // take the pieces from the near end, copying out of each window made by then and staging the
+  // rest; the caller then takes pieces too. Later readings copy out of the windows
+  // (exec/cache_windows.hpp says why only a calling thread makes them).
   bool makes_windows_ahead = false;
   std::atomic<uint64_t> window_bytes{0};
   // Work the caller queued on the legacy default stream before the call, which the workers'
@@ -97,10 +98,9 @@ class Job {
   // job listed or holds another piece of it (either keeps the job alive). Whoever claims a
   // piece reports it with chunk_done. False when every piece is taken.
   bool claim(Chunk* out);
-  // Claims the last unclaimed piece instead: the pieces are taken from both ends, and the two
-  // meet. A read that makes page-cache windows as it goes takes its pieces from the far end
-  // while the workers stage from the near one (makes_windows_ahead below).
-  bool claim_back(Chunk* out);
+  // The file offset where the unclaimed pieces begin (end() once all are claimed): a hint, as
+  // others claim under the reader.
+  uint64_t unclaimed_from() const;
 
   // Accounting, called once per chunk: `got` bytes of [off, off+chunk_len) were moved.
   void chunk_done(uint64_t off, uint64_t chunk_len, uint64_t got, Error err);
@@ -117,18 +117,14 @@ class Job {
  private:
   friend class Executor;
   void finish();
-  // Takes the index of the next unclaimed piece from the front (or, `from_back`, the back);
-  // `*last` tells whether it was the last one left (its taker takes the job off lists).
-  bool take(uint32_t* index, bool* last, bool from_back = false);
-  bool claim_from(bool from_back, Chunk* out);
+  // Takes the index of the next unclaimed piece.
+  bool take(uint32_t* index);
   Chunk piece(uint32_t index);
 
   uint64_t grid_ = 0;
   uint64_t step_ = 0;
   uint32_t pieces_ = 0;
-  // The unclaimed pieces [front, back): front in the low 32 bits, back in the high 32. One
-  // word, so that claims from the two ends never take the same piece.
-  std::atomic<uint64_t> cursors_{0};
+  std::atomic<uint32_t> next_piece_{0};
   std::atomic<uint32_t> pending_{0};
   std::atomic<uint32_t> done_{0};
   std::atomic<bool> canceled_{false};

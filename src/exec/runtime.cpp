@@ -505,10 +505,6 @@ IoResult Runtime::run_routed(Io& io, const route::StorageChoice& storage) {
   job.split(plan.step);
   job.makes_windows_ahead = plan.make_windows_ahead && plan.runner != route::Runner::workers &&
                             lease.count() > 0;
-  // Making windows ahead, the caller takes the far end's piece before the workers see the job,
-  // so that its window is made whoever is quicker.
-  exec::Chunk first;
-  const bool claimed_first = job.makes_windows_ahead && job.claim_back(&first);
   const bool on_caller = plan.runner != route::Runner::workers;
   if (!on_caller || plan.helpers > 0) {
     FenceMemo memo;
@@ -516,8 +512,7 @@ IoResult Runtime::run_routed(Io& io, const route::StorageChoice& storage) {
     job.after = io.fence_ ? io.fence_->event() : nullptr;
     s.exec->publish(&job, plan.helpers);
   }
-  const uint64_t mine =
-      on_caller ? exec::run_on_caller(job, lease, claimed_first ? &first : nullptr) : 0;
+  const uint64_t mine = on_caller ? exec::run_on_caller(job, lease) : 0;
   job.wait();
   lease.release();
   IoResult r = job.result();
