@@ -2,12 +2,15 @@
 
 #include <algorithm>
 #include <charconv>
+#include <string>
 #include <vector>
 
 #include "sys/os.hpp"
 
 namespace gpufile::exec {
 namespace {
+
+constexpr const char* kCgroupMount = "/sys/fs/cgroup";
 
 // cgroup v1 writes "no limit" as the largest page-aligned signed value; anything this large is
 // no limit on any real machine.
@@ -78,10 +81,10 @@ std::vector<std::string> group_dirs(const std::string& mount, const std::string&
   return {mount + path, mount};
 }
 
-std::optional<uint64_t> cgroup_room(const MemoryRoots& roots) {
-  const CgroupPaths paths = cgroup_paths(sys::read_small_file(roots.proc + "/self/cgroup"));
+std::optional<uint64_t> cgroup_room() {
+  const CgroupPaths paths = cgroup_paths(sys::read_small_file("/proc/self/cgroup"));
   if (paths.unified) {
-    for (const std::string& dir : group_dirs(roots.cgroup, *paths.unified)) {
+    for (const std::string& dir : group_dirs(kCgroupMount, *paths.unified)) {
       const std::string max = sys::read_small_file(dir + "/memory.max");
       if (max.empty()) continue;
       const std::optional<uint64_t> limit = parse_u64(max);  // "max": no limit
@@ -91,7 +94,7 @@ std::optional<uint64_t> cgroup_room(const MemoryRoots& roots) {
     }
   }
   if (paths.v1_memory) {
-    for (const std::string& dir : group_dirs(roots.cgroup + "/memory", *paths.v1_memory)) {
+    for (const std::string& dir : group_dirs(std::string(kCgroupMount) + "/memory", *paths.v1_memory)) {
       const std::optional<uint64_t> limit =
           parse_u64(sys::read_small_file(dir + "/memory.limit_in_bytes"));
       if (!limit) continue;
@@ -126,10 +129,10 @@ std::optional<uint64_t> meminfo_bytes(std::string_view text, std::string_view na
   return std::nullopt;
 }
 
-std::optional<uint64_t> page_cache_room(const MemoryRoots& roots) {
+std::optional<uint64_t> page_cache_room() {
   const std::optional<uint64_t> host =
-      meminfo_bytes(sys::read_small_file(roots.proc + "/meminfo"), "MemAvailable");
-  const std::optional<uint64_t> group = cgroup_room(roots);
+      meminfo_bytes(sys::read_small_file("/proc/meminfo"), "MemAvailable");
+  const std::optional<uint64_t> group = cgroup_room();
   if (host && group) return std::min(*host, *group);
   return host ? host : group;
 }

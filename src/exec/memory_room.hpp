@@ -11,26 +11,20 @@
 //                so it counts as room.
 // Only the process's own cgroup is read, not the limits of the groups above it.
 //
-// Every file is read through the OS seam (sys::read_small_file) under roots a test can move.
+// Every file is read through the OS seam (sys::read_small_file): tests fake them.
 #pragma once
 
 #include <cstdint>
 #include <optional>
-#include <string>
 #include <string_view>
 
 namespace gpufile::exec {
-
-struct MemoryRoots {
-  std::string proc = "/proc";
-  std::string cgroup = "/sys/fs/cgroup";
-};
 
 // The value of a "Name:  123 kB" line of /proc/meminfo (or a "name 123" line of memory.stat),
 // in bytes; nullopt when there is no such line or it does not parse.
 std::optional<uint64_t> meminfo_bytes(std::string_view text, std::string_view name);
 
 // The bytes the page cache can hold; nullopt when neither the host nor a cgroup says.
-std::optional<uint64_t> page_cache_room(const MemoryRoots& roots = {});
+std::optional<uint64_t> page_cache_room();
 
 }  // namespace gpufile::exec
