@@ -125,7 +125,8 @@ struct CacheFacts {
   uint64_t file_size = 0;
   bool memory_backed = false;       // tmpfs / ramfs
   bool block_device = false;        // st_size is not its size
-  bool vendor_direct = false;       // NVIDIA's driver reports GDS and registered the file
+  bool vendor_direct = false;       // NVIDIA's library carries its IO (as choose_vendor: GDS or
+                                    // gpufile.vendor=on) and registered the file
   std::optional<uint64_t> room;     // bytes the page cache can hold; nullopt: unknown
 };
 
