@@ -80,6 +80,13 @@ int check(int argc, char** argv) {
                 static_cast<unsigned long long>(r.resident.total_pages));
   else
     std::printf("page cache  unknown (kernel without cachestat)\n");
+  std::printf("cache miss  %s\n            why: %s\n",
+              r.cache.keep ? "read through the page cache, left cached for the next reader"
+                           : "read with O_DIRECT, past the page cache",
+              route::describe(r.cache.why));
+  if (r.cache_room)
+    std::printf("            file %.2f GiB; the page cache can hold %.2f GiB\n",
+                static_cast<double>(r.size) / (1 << 30), static_cast<double>(*r.cache_room) / (1 << 30));
   std::printf("engine      %s%s%s\n", Runtime::instance().engine_name().c_str(),
               Runtime::instance().engine_note().empty() ? "" : ": ",
               Runtime::instance().engine_note().c_str());

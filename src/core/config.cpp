@@ -269,6 +269,8 @@ void json_strings(Settings& s, const json& root, std::string_view origin, Proble
               origin, problems);
   json_choice(root, "gpufile.direct_io", s.direct_io, parse_direct_io, direct_io_name,
               "auto|always|never", origin, problems);
+  json_choice(root, "gpufile.cache_policy", s.cache_policy, parse_cache_policy, cache_policy_name,
+              "auto|keep|bypass", origin, problems);
   json_choice(root, "gpufile.numa_placement", s.numa_placement, parse_numa_placement,
               numa_placement_name, "auto|off", origin, problems);
   json_choice(root, "gpufile.vendor", s.vendor, parse_vendor, vendor_name, "auto|on|off", origin,
@@ -405,6 +407,8 @@ void env_strings(Settings& s, Problems& problems) {
   env_choice("GPUFILE_ENGINE", s.engine, parse_engine, engine_name, "auto|io_uring|posix", problems);
   env_choice("GPUFILE_DIRECT_IO", s.direct_io, parse_direct_io, direct_io_name, "auto|always|never",
              problems);
+  env_choice("GPUFILE_CACHE_POLICY", s.cache_policy, parse_cache_policy, cache_policy_name,
+             "auto|keep|bypass", problems);
   env_choice("GPUFILE_NUMA_PLACEMENT", s.numa_placement, parse_numa_placement, numa_placement_name,
              "auto|off", problems);
   env_choice("GPUFILE_VENDOR", s.vendor, parse_vendor, vendor_name, "auto|on|off", problems);
@@ -674,6 +678,7 @@ json flat_settings(const Settings& s) {
   out["logging.dir"] = s.log_dir;
   out["gpufile.engine"] = engine_name(s.engine);
   out["gpufile.direct_io"] = direct_io_name(s.direct_io);
+  out["gpufile.cache_policy"] = cache_policy_name(s.cache_policy);
   out["gpufile.numa_placement"] = numa_placement_name(s.numa_placement);
   out["gpufile.vendor"] = vendor_name(s.vendor);
   out["gpufile.vendor_library"] = s.vendor_library;
@@ -756,6 +761,23 @@ std::optional<DirectIoPolicy> parse_direct_io(std::string_view text) {
   if (t == "always") return DirectIoPolicy::always;
   if (t == "never") return DirectIoPolicy::never;
   return std::nullopt;
+}
+
+std::optional<CachePolicy> parse_cache_policy(std::string_view text) {
+  std::string t = lower(text);
+  if (t == "auto") return CachePolicy::automatic;
+  if (t == "keep") return CachePolicy::keep;
+  if (t == "bypass") return CachePolicy::bypass;
+  return std::nullopt;
+}
+
+const char* cache_policy_name(CachePolicy c) {
+  switch (c) {
+    case CachePolicy::automatic: return "auto";
+    case CachePolicy::keep: return "keep";
+    case CachePolicy::bypass: return "bypass";
+  }
+  return "?";
 }
 
 std::optional<NumaPlacement> parse_numa_placement(std::string_view text) {

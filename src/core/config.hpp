@@ -159,6 +159,8 @@ const char* engine_name(EnginePolicy e);
 std::optional<NumaPlacement> parse_numa_placement(std::string_view text);  // auto|off
 const char* numa_placement_name(NumaPlacement p);
 const char* direct_io_name(DirectIoPolicy d);
+std::optional<CachePolicy> parse_cache_policy(std::string_view text);  // auto|keep|bypass
+const char* cache_policy_name(CachePolicy c);
 std::optional<VendorPolicy> parse_vendor(std::string_view text);  // auto|on|off
 const char* vendor_name(VendorPolicy v);
 

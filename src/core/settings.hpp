@@ -21,6 +21,14 @@ enum class DirectIoPolicy : int {
   never,          // always through the page cache
 };
 
+// What a read that misses the page cache does to it (docs/settings.md, gpufile.cache_policy).
+// Only reads the direct_io policy would send O_DIRECT for want of cached bytes are concerned.
+enum class CachePolicy : int {
+  automatic = 0,  // per file, at registration: keep when it fits the memory the cache can hold
+  keep,           // read through the page cache, so the bytes stay cached for the next reader
+  bypass,         // read with O_DIRECT: the page cache is left as it was
+};
+
 // Which IO engine the workers use.
 enum class EnginePolicy : int {
   automatic = 0,  // io_uring when the kernel allows it, else posix (one log line says why)
@@ -81,6 +89,7 @@ struct Settings {
   // ---- gpufile's own (GPUFILE_* environment variables, "gpufile" block in cufile.json) --------
   EnginePolicy engine = EnginePolicy::automatic;       // GPUFILE_ENGINE: auto|io_uring|posix
   DirectIoPolicy direct_io = DirectIoPolicy::automatic;  // GPUFILE_DIRECT_IO: auto|always|never
+  CachePolicy cache_policy = CachePolicy::automatic;  // GPUFILE_CACHE_POLICY: auto|keep|bypass
   size_t workers = 0;              // GPUFILE_WORKERS: IO worker threads; 0 = 3 per 4 cores, 4 to 16
   size_t slab_size_kb = 4096;      // GPUFILE_SLAB_SIZE_KB: one pinned staging slab
   size_t slabs_per_worker = 2;     // GPUFILE_SLABS_PER_WORKER: k in the staging ring (measured: docs/performance.md)

@@ -1,7 +1,5 @@
 #include "exec/placement.hpp"
 
-#include <fcntl.h>
-
 #include <algorithm>
 #include <charconv>
 #include <iterator>
@@ -26,16 +24,6 @@ std::string_view trim(std::string_view s) {
   while (!s.empty() && (s.back() == '\n' || s.back() == ' ')) s.remove_suffix(1);
   while (!s.empty() && s.front() == ' ') s.remove_prefix(1);
   return s;
-}
-
-// A small sysfs file's text through the OS seam; empty when it cannot be read.
-std::string read_small_file(const std::string& path) {
-  const int fd = sys::os().open(path.c_str(), O_RDONLY, 0);
-  if (fd < 0) return {};
-  char buf[4096];
-  const ssize_t n = sys::os().pread(fd, buf, sizeof buf, 0);
-  sys::os().close(fd);
-  return n > 0 ? std::string(buf, static_cast<size_t>(n)) : std::string();
 }
 
 }  // namespace
@@ -72,15 +60,15 @@ GpuSite read_gpu_site(const std::string& sysfs_root, int gpu, const std::string&
   site.pci = pci;
   const std::string dir = sysfs_root + "/bus/pci/devices/" + pci + "/";
   int node = -1;
-  const std::string node_text(trim(read_small_file(dir + "numa_node")));
+  const std::string node_text(trim(sys::read_small_file(dir + "numa_node")));
   if (parse_int(node_text, &node)) site.node = node;  // "-1" (no node) fails parse_int: stays -1
-  if (!parse_cpu_list(read_small_file(dir + "local_cpulist"), &site.cpus)) site.cpus.clear();
+  if (!parse_cpu_list(sys::read_small_file(dir + "local_cpulist"), &site.cpus)) site.cpus.clear();
   return site;
 }
 
 std::vector<int> online_nodes(const std::string& sysfs_root) {
   std::vector<int> nodes;
-  if (!parse_cpu_list(read_small_file(sysfs_root + "/devices/system/node/online"), &nodes) ||
+  if (!parse_cpu_list(sys::read_small_file(sysfs_root + "/devices/system/node/online"), &nodes) ||
       nodes.empty())
     nodes = {0};
   return nodes;

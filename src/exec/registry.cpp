@@ -142,6 +142,8 @@ Error Runtime::register_file(int fd, void** handle) {
   if (s->pagecache_dma && h->access != O_WRONLY)
     h->windows = s->pagecache_dma->windows_for(h->ref.fd_buffered, h->dev, h->ino);
   register_with_vendor(*s, *h);
+  h->cache_facts = cache_facts(*s, *h, st);
+  h->cache = route::choose_cache(h->cache_facts);
   uintptr_t token = s->next_token;
   s->next_token += 0x10;
   s->files.emplace(token, std::move(h));
@@ -197,6 +199,8 @@ Error Runtime::explain_file(void* handle, FileReport* out) {
   if (f.residency) out->resident = *f.residency;
   out->read = route::choose_storage(f);
   out->copies_from_cache = route::copies_from_cache(f, out->read, /*staged=*/true);
+  out->cache = h->cache;
+  out->cache_room = h->cache_facts.room;
   out->cache_dma_budget = s->pagecache_dma ? s->pagecache_dma->budget() : 0;
   explain_vendor(*s, *h, out);
   return Error::none();

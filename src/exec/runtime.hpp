@@ -97,6 +97,10 @@ class Runtime {
     sys::Residency resident;      // page cache residency of the whole file
     bool cachestat_ok = false;
     route::StorageChoice read;    // what a read of the whole file would do, and why
+    // gpufile.cache_policy: whether reads that miss the page cache go through it, and why; the
+    // memory the page cache can hold as weighed then (auto only, where known).
+    route::CacheChoice cache;
+    std::optional<uint64_t> cache_room;
     // Page-cache DMA (exec/cache_windows.hpp): whether such a read into GPU memory copies out of
     // registered windows of this file, and the session's budget for them (0: the path is off).
     bool copies_from_cache = false;

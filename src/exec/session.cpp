@@ -1,5 +1,6 @@
 #include "exec/session.hpp"
 
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -12,6 +13,7 @@
 #include "core/log.hpp"
 #include "cuda/driver.hpp"
 #include "exec/budget.hpp"
+#include "exec/memory_room.hpp"
 #include "exec/placement.hpp"
 #include "io/remote/upload.hpp"
 #include "sys/os.hpp"
@@ -49,6 +51,19 @@ route::StorageFacts storage_facts(const Settings& s, const FileHandle& h, sys::I
   f.cache_windows = h.windows != nullptr;
   f.small_io_bytes = uint64_t{s.small_io_threshold_kb} * 1024;
   f.windows_live = h.windows != nullptr && h.windows->live();
+  f.keep_cache = h.cache.keep;
+  return f;
+}
+
+route::CacheFacts cache_facts(const Session& s, const FileHandle& h, const struct stat& st) {
+  route::CacheFacts f;
+  f.policy = s.settings.cache_policy;
+  f.file_size = static_cast<uint64_t>(st.st_size);
+  f.memory_backed = h.memory_backed;
+  f.block_device = S_ISBLK(st.st_mode);
+  // As route::choose_vendor: NVIDIA's library carries the file's cold reads into GPU memory.
+  f.vendor_direct = h.vendor != nullptr && (s.vendor_gds() || s.settings.vendor == VendorPolicy::on);
+  if (f.policy == CachePolicy::automatic && !f.memory_backed) f.room = exec::page_cache_room();
   return f;
 }
 

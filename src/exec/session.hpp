@@ -44,6 +44,10 @@ struct FileHandle {
   std::string vendor_refusal;
   // Set once an IO through NVIDIA's library failed: the file keeps to gpufile's paths after.
   std::atomic<bool> vendor_dropped{false};
+  // Whether reads that miss the page cache go through it (gpufile.cache_policy), chosen when
+  // the file was registered, and the facts it was chosen from.
+  route::CacheFacts cache_facts;
+  route::CacheChoice cache;
   std::atomic<int> inflight{0};
 
   ~FileHandle();
@@ -98,6 +102,10 @@ route::StorageFacts storage_facts(const Settings& s, const FileHandle& h, sys::I
 // Asks the page cache about [off, off+len) when the facts need it (one cachestat call), and
 // updates the file's guess with the answer.
 void ask_residency(FileHandle& h, uint64_t off, uint64_t len, route::StorageFacts& f);
+
+// The facts route::choose_cache weighs for `h` (registered with NVIDIA's driver where it will
+// be), `st` its fstat; the memory the page cache can hold is read only where the policy asks.
+route::CacheFacts cache_facts(const Session& s, const FileHandle& h, const struct stat& st);
 
 // The facts route::choose_vendor weighs for an IO of `job` on `h` (storage chosen already).
 route::VendorFacts vendor_facts(const Session& s, const FileHandle& h, const exec::Job& job,

@@ -24,6 +24,33 @@ const char* describe(Reason why) {
     case Reason::pages_registered:
       return "pages of the file are registered for page-cache DMA: the write goes through the "
              "page cache, into them";
+    case Reason::not_cached_kept:
+      return "the range is not in the page cache, and the cache policy keeps this file cached: "
+             "page cache (buffered reads, so the bytes stay cached)";
+    case Reason::cache_in_memory:
+      return "the file lives in memory (tmpfs, ramfs): it is its own page cache";
+    case Reason::cache_keep:
+      return "gpufile.cache_policy=keep: reads that miss the page cache go through it and stay "
+             "cached";
+    case Reason::cache_bypass:
+      return "gpufile.cache_policy=bypass: reads that miss the page cache go O_DIRECT and leave "
+             "it as it was";
+    case Reason::cache_vendor_direct:
+      return "NVIDIA's GPUDirect Storage reads this file straight into GPU memory: reads that "
+             "miss the page cache bypass it";
+    case Reason::cache_block_device:
+      return "a block device (its size is not weighed): reads that miss the page cache go "
+             "O_DIRECT";
+    case Reason::cache_room_unknown:
+      return "the memory the page cache can hold is unknown (no /proc/meminfo): reads that miss "
+             "the page cache go O_DIRECT";
+    case Reason::cache_fits:
+      return "the file takes at most half of the memory the page cache can hold: reads that "
+             "miss the page cache go through it, so the next reader finds the bytes cached";
+    case Reason::cache_too_big:
+      return "the file takes more than half of the memory the page cache can hold (caching it "
+             "would push out other data, and its own first pages): reads that miss the page "
+             "cache go O_DIRECT";
     case Reason::asynchronous: return "asynchronous IO: the workers run it";
     case Reason::caller_thread_off: return "gpufile.small_io_kb is 0: the workers run it";
     case Reason::small_io: return "small IO: one kernel IO and one copy on the calling thread";
@@ -55,7 +82,8 @@ const char* describe(Reason why) {
     case Reason::vendor_unaligned:
       return "offset, size or GPU address off the 4 KiB grid: gpufile's own paths";
     case Reason::vendor_page_cache:
-      return "gpufile serves this range from the page cache: no disk read to hand over";
+      return "gpufile reads this range through the page cache (cached, in memory, or kept there "
+             "by policy): nothing for NVIDIA's DMA";
     case Reason::vendor_direct:
       return "large aligned IO in GPU memory on a file NVIDIA's driver accepts: NVIDIA's "
              "cuFileRead/cuFileWrite (GPUDirect Storage)";
@@ -114,7 +142,25 @@ StorageChoice choose_storage(const StorageFacts& f) {
   if (!f.residency) return {f.opened_direct, false, Reason::follows_open};
   // Data already in the page cache is served from there: O_DIRECT would read the disk again.
   const bool mostly_cold = f.residency->cached_pages * 2 < f.residency->total_pages;
-  return {mostly_cold, false, mostly_cold ? Reason::not_cached : Reason::cached};
+  if (!mostly_cold) return {false, false, Reason::cached};
+  if (f.keep_cache) return {false, false, Reason::not_cached_kept};
+  return {true, false, Reason::not_cached};
+}
+
+// ---- the page cache on a miss -----------------------------------------------------------------
+
+CacheChoice choose_cache(const CacheFacts& f) {
+  if (f.memory_backed) return {true, Reason::cache_in_memory};
+  switch (f.policy) {
+    case CachePolicy::keep: return {true, Reason::cache_keep};
+    case CachePolicy::bypass: return {false, Reason::cache_bypass};
+    case CachePolicy::automatic: break;
+  }
+  if (f.vendor_direct) return {false, Reason::cache_vendor_direct};
+  if (f.block_device) return {false, Reason::cache_block_device};
+  if (!f.room) return {false, Reason::cache_room_unknown};
+  if (f.file_size <= *f.room / kKeepShareOfRoom) return {true, Reason::cache_fits};
+  return {false, Reason::cache_too_big};
 }
 
 // ---- vendor direct --------------------------------------------------------------------------------

@@ -32,6 +32,16 @@ enum class Reason : int {
   not_cached,         // cachestat: the range is (mostly) not in the page cache
   follows_open,       // no cachestat: follow the way the caller opened the file
   pages_registered,   // a write while pages of the file are registered for page-cache DMA
+  not_cached_kept,    // cachestat: not cached, and the cache policy keeps the file cached
+  // the page cache on a miss (gpufile.cache_policy), chosen per file
+  cache_in_memory,     // tmpfs / ramfs: the file is its page cache, nothing to keep or bypass
+  cache_keep,          // gpufile.cache_policy=keep
+  cache_bypass,        // gpufile.cache_policy=bypass
+  cache_vendor_direct, // auto: NVIDIA's GPUDirect Storage reads this file past the page cache
+  cache_block_device,  // auto: a block device, whose size is not weighed
+  cache_room_unknown,  // auto: neither /proc/meminfo nor a cgroup said how much memory there is
+  cache_fits,          // auto: the file fits in its share of the memory the page cache can hold
+  cache_too_big,       // auto: it does not
   // threads
   asynchronous,       // batch, stream and future IO: the caller does not wait
   caller_thread_off,  // gpufile.small_io_kb = 0
@@ -67,6 +77,7 @@ inline constexpr uint64_t kGuessMaxBytes = 1 << 20;
 
 struct StorageFacts {
   sys::IoKind kind = sys::IoKind::read;
+  bool keep_cache = false;     // choose_cache kept the file: reads that miss go through the cache
   uint64_t len = 0;
   bool direct_capable = false; // the file has a working O_DIRECT fd staging can serve
   bool memory_backed = false;  // tmpfs / ramfs
@@ -100,6 +111,35 @@ StorageChoice choose_storage(const StorageFacts& f);
 // caller's thread beat the per-call change-notice check and window lookups (4 KiB random reads
 // on the H200 lost 5-7% through the windows).
 bool copies_from_cache(const StorageFacts& f, const StorageChoice& c, bool staged);
+
+// ---- the page cache on a miss (gpufile.cache_policy) -------------------------------------------
+
+// Under gpufile.cache_policy=auto, a file is kept when it takes at most 1/kKeepShareOfRoom of
+// the memory the page cache can hold (exec/memory_room.hpp). Half: the reader's own host memory
+// (pinned staging, host tensors) and the rest of the machine's cached files need the other half,
+// and a file larger than that would, read through the cache, push out other cached data and,
+// read again, its own first pages before its last (the kernel's LRU evicts the oldest first).
+inline constexpr uint64_t kKeepShareOfRoom = 2;
+
+struct CacheFacts {
+  CachePolicy policy = CachePolicy::automatic;
+  uint64_t file_size = 0;
+  bool memory_backed = false;       // tmpfs / ramfs
+  bool block_device = false;        // st_size is not its size
+  bool vendor_direct = false;       // NVIDIA's library carries its IO (as choose_vendor: GDS or
+                                    // gpufile.vendor=on) and registered the file
+  std::optional<uint64_t> room;     // bytes the page cache can hold; nullopt: unknown
+};
+
+struct CacheChoice {
+  bool keep = false;  // reads that miss the cache go through it (else O_DIRECT, as before)
+  Reason why = Reason::cache_bypass;
+};
+
+// Chosen once per file, when it is registered: whether reads of ranges not in the page cache
+// read through it (so that the next reader, a restarted server among them, finds the bytes
+// there) or past it with O_DIRECT.
+CacheChoice choose_cache(const CacheFacts& f);
 
 // ---- vendor direct (NVIDIA's libcufile) ----------------------------------------------------------
 

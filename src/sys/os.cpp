@@ -144,6 +144,15 @@ std::string file_name(int fd) {
   return std::string(target, static_cast<size_t>(n));
 }
 
+std::string read_small_file(const std::string& path) {
+  const int fd = os().open(path.c_str(), O_RDONLY, 0);
+  if (fd < 0) return {};
+  char buf[16384];
+  const ssize_t n = os().pread(fd, buf, sizeof buf, 0);
+  os().close(fd);
+  return n > 0 ? std::string(buf, static_cast<size_t>(n)) : std::string();
+}
+
 int Os::changes_open() { return neg_errno_or(::inotify_init1(IN_NONBLOCK | IN_CLOEXEC)); }
 
 int Os::changes_watch(int queue, int fd) {

@@ -101,6 +101,9 @@ struct FdPath {
 FdPath fd_path(int fd);
 // The name of the file behind `fd`, for log lines (its /proc path when the kernel will not say).
 std::string file_name(int fd);
+// The text of a small file of /proc or /sys (its first 16 KiB), read through os(); empty when it
+// cannot be read.
+std::string read_small_file(const std::string& path);
 
 // The Os in force. The real one unless a test installed another.
 Os& os();

@@ -39,7 +39,10 @@ def main():
         out = check(cli, accepted, **base)
         expect(out, "NVIDIA      " + fakecufile, "nvidia-fs 2.17",
                "large reads vendor direct: NVIDIA's cuFileRead",
-               "on a file NVIDIA's driver accepts")
+               "on a file NVIDIA's driver accepts",
+               # gpufile.cache_policy=auto leaves a file GPUDirect Storage reads to it
+               "cache miss  read with O_DIRECT, past the page cache",
+               "why: NVIDIA's GPUDirect Storage reads this file straight into GPU memory")
 
         out = check(cli, refused, **base)
         expect(out, "this file: ", "(5027)", "large reads staged direct",
@@ -47,7 +50,15 @@ def main():
 
         out = check(cli, accepted, **base, FAKECUFILE_MODE="compat")
         expect(out, "compatibility mode only", "large reads staged direct",
-               "not NVIDIA's: NVIDIA's driver reports no GPUDirect Storage")
+               "not NVIDIA's: NVIDIA's driver reports no GPUDirect Storage",
+               # no GDS: a 4 MiB file fits in any machine's page cache, and is kept there
+               "cache miss  read through the page cache, left cached for the next reader",
+               "why: the file takes at most half of the memory the page cache can hold",
+               "the page cache can hold ")
+
+        out = check(cli, accepted, **base, FAKECUFILE_MODE="compat", GPUFILE_CACHE_POLICY="bypass")
+        expect(out, "cache miss  read with O_DIRECT, past the page cache",
+               "why: gpufile.cache_policy=bypass")
 
         out = check(cli, accepted, **base, GPUFILE_VENDOR="off")
         expect(out, "NVIDIA      off (gpufile.vendor)", "not NVIDIA's: gpufile.vendor is off")

@@ -15,12 +15,15 @@ TEST_F(Settings, AreStagedForTheNextOpenAndFixedWhileOpen) {
   EXPECT_EQ(gpufile::setting("gpufile.workers"), "0");  // automatic
   gpufile::set_setting("gpufile.workers", 3);
   gpufile::set_setting("gpufile.direct_io", "never");
+  gpufile::set_setting("gpufile.cache_policy", "keep");
+  EXPECT_GPUFILE_ERROR(gpufile::set_setting("gpufile.cache_policy", "sometimes"), errc::invalid_argument);
   gpufile::set_setting("properties.use_poll_mode", true);
   EXPECT_EQ(gpufile::setting("gpufile.workers"), "3");  // what the next open will use
   gpufile::driver_open();
   EXPECT_TRUE(gpufile::is_driver_open());
   EXPECT_EQ(gpufile::setting("gpufile.workers"), "3");  // what the open driver uses
   EXPECT_EQ(gpufile::setting("gpufile.direct_io"), "\"never\"");
+  EXPECT_EQ(gpufile::setting("gpufile.cache_policy"), "\"keep\"");
   EXPECT_EQ(gpufile::setting("properties.use_poll_mode"), "true");
   EXPECT_GPUFILE_ERROR(gpufile::set_setting("gpufile.workers", 4), errc::driver_open);
   gpufile::driver_close();

@@ -26,7 +26,7 @@ const char* const kVariables[] = {
     "CUFILE_ENV_PATH_JSON", "CUFILE_LOGGING_LEVEL", "CUFILE_LOGFILE_PATH",
     "CUFILE_ALLOW_COMPAT_MODE", "CUFILE_FORCE_COMPAT_MODE", "CUFILE_USE_PCIP2PDMA",
     "CUFILE_SKIP_TOPOLOGY_DETECTION", "CUFILE_NVTX", "CUFILE_STREAM_MEMOPS_BYPASS",
-    "GPUFILE_ENGINE", "GPUFILE_DIRECT_IO", "GPUFILE_WORKERS", "GPUFILE_SLAB_SIZE_KB",
+    "GPUFILE_ENGINE", "GPUFILE_DIRECT_IO", "GPUFILE_CACHE_POLICY", "GPUFILE_WORKERS", "GPUFILE_SLAB_SIZE_KB",
     "GPUFILE_SLABS_PER_WORKER", "GPUFILE_COLD_SLABS_PER_WORKER", "GPUFILE_RING_DEPTH", "GPUFILE_SMALL_IO_KB", "GPUFILE_LOG_LEVEL",
     "GPUFILE_LOG_FILE", "GPUFILE_NUMA_PLACEMENT", "GPUFILE_VENDOR", "GPUFILE_VENDOR_LIBRARY"};
 
@@ -101,7 +101,7 @@ constexpr const char* kCommentedJson = R"({
   /* a block comment */
   "fs": { "generic": { "posix_unaligned_writes": false } },
   "miscellaneous": { "api_check_aggressive": true, "skip_topology_detection": true },
-  "gpufile": { "engine": "posix", "direct_io": "never", "workers": 3, "slab_size_kb": 1024,
+  "gpufile": { "engine": "posix", "direct_io": "never", "cache_policy": "keep", "workers": 3, "slab_size_kb": 1024,
                "slabs_per_worker": 8, "cold_slabs_per_worker": 12, "ring_depth": 128,
                "small_io_kb": 16, "min_chunk_kb": 512 }
 })";
@@ -146,6 +146,7 @@ TEST_F(ConfigTest, JsonWithCommentsSetsEveryKnownKey) {
   EXPECT_TRUE(s.skip_topology_detection);
   EXPECT_EQ(s.engine, EnginePolicy::posix);
   EXPECT_EQ(s.direct_io, DirectIoPolicy::never);
+  EXPECT_EQ(s.cache_policy, CachePolicy::keep);
   EXPECT_EQ(s.workers, 3u);
   EXPECT_EQ(s.slab_size_kb, 1024u);
   EXPECT_EQ(s.slabs_per_worker, 8u);
@@ -303,6 +304,7 @@ TEST_F(ConfigTest, EveryCufileVariableReachesItsField) {
   setenv("CUFILE_STREAM_MEMOPS_BYPASS", "true", 1);
   setenv("CUFILE_LOGFILE_PATH", "/tmp/cufile-test.log", 1);
   setenv("GPUFILE_DIRECT_IO", "ALWAYS", 1);
+  setenv("GPUFILE_CACHE_POLICY", "Bypass", 1);
   setenv("GPUFILE_SLAB_SIZE_KB", "2048", 1);
   setenv("GPUFILE_SLABS_PER_WORKER", "2", 1);
   setenv("GPUFILE_COLD_SLABS_PER_WORKER", "0", 1);
@@ -316,6 +318,7 @@ TEST_F(ConfigTest, EveryCufileVariableReachesItsField) {
   EXPECT_TRUE(r.settings.stream_memops_bypass);
   EXPECT_EQ(r.settings.log_file, "/tmp/cufile-test.log");
   EXPECT_EQ(r.settings.direct_io, DirectIoPolicy::always);
+  EXPECT_EQ(r.settings.cache_policy, CachePolicy::bypass);
   EXPECT_EQ(r.settings.slab_size_kb, 2048u);
   EXPECT_EQ(r.settings.slabs_per_worker, 2u);
   EXPECT_EQ(r.settings.cold_slabs_per_worker, 0u);
@@ -329,13 +332,16 @@ TEST_F(ConfigTest, BadEnvironmentValuesKeepTheLowerLayerAndAreReported) {
   setenv("GPUFILE_WORKERS", "-2", 1);
   setenv("GPUFILE_SLAB_SIZE_KB", "1002", 1);  // not a multiple of 4
   setenv("GPUFILE_DIRECT_IO", "sometimes", 1);
+  setenv("GPUFILE_CACHE_POLICY", "forever", 1);
   setenv("GPUFILE_RING_DEPTH", "", 1);  // empty counts as unset
   Resolution r = resolve();
   EXPECT_TRUE(r.settings.allow_compat_mode);
   EXPECT_EQ(r.settings.workers, 3u);  // the json value, not the default
   EXPECT_EQ(r.settings.slab_size_kb, Settings{}.slab_size_kb);
   EXPECT_EQ(r.settings.direct_io, DirectIoPolicy::automatic);
-  EXPECT_EQ(r.problems.size(), 4u);
+  EXPECT_EQ(r.settings.cache_policy, CachePolicy::automatic);
+  EXPECT_EQ(r.problems.size(), 5u);
+  EXPECT_TRUE(mentions(r.problems, "GPUFILE_CACHE_POLICY: forever (allowed: auto|keep|bypass"));
   EXPECT_TRUE(mentions(r.problems, "CUFILE_ALLOW_COMPAT_MODE: maybe"));
   EXPECT_TRUE(mentions(r.problems, "GPUFILE_WORKERS: -2"));
   EXPECT_TRUE(mentions(r.problems, "keeping 3"));
@@ -549,6 +555,11 @@ TEST(ConfigParse, BoolsAndChoices) {
   EXPECT_FALSE(parse_direct_io("maybe"));
   EXPECT_STREQ(engine_name(EnginePolicy::io_uring), "io_uring");
   EXPECT_STREQ(direct_io_name(DirectIoPolicy::always), "always");
+  EXPECT_EQ(parse_cache_policy("KEEP"), CachePolicy::keep);
+  EXPECT_EQ(parse_cache_policy("auto"), CachePolicy::automatic);
+  EXPECT_FALSE(parse_cache_policy("always"));
+  EXPECT_STREQ(cache_policy_name(CachePolicy::bypass), "bypass");
+  EXPECT_STREQ(cache_policy_name(Settings{}.cache_policy), "auto");
 }
 
 }  // namespace

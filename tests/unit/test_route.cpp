@@ -297,6 +297,21 @@ TEST(ChooseStorage, DirectOrPageCache) {
        false, false, false, Reason::pages_registered},
       {"reads ignore registered pages", with(ext4_read(MiB), [&](auto& f) { f.windows_live = true; f.residency = cold; }),
        true, true, false, Reason::not_cached},
+      // gpufile.cache_policy kept the file (choose_cache): only a read that misses changes.
+      {"a cold range of a kept file reads through the page cache",
+       with(ext4_read(MiB), [&](auto& f) { f.keep_cache = true; f.residency = cold; }), true,
+       false, false, Reason::not_cached_kept},
+      {"a cached range of a kept file", with(ext4_read(MiB), [&](auto& f) { f.keep_cache = true; f.residency = warm; }),
+       true, false, false, Reason::cached},
+      {"GPUFILE_DIRECT_IO=always beats keeping",
+       with(ext4_read(MiB), [&](auto& f) { f.keep_cache = true; f.policy = DirectIoPolicy::always; f.residency = cold; }),
+       false, true, false, Reason::policy_always},
+      {"a kept file's writes still go direct",
+       with(ext4_read(MiB), [](auto& f) { f.keep_cache = true; f.kind = sys::IoKind::write; }),
+       false, true, false, Reason::writes_direct},
+      {"a kept file without cachestat follows the open",
+       with(ext4_read(MiB), [](auto& f) { f.keep_cache = true; f.opened_direct = true; }), true,
+       true, false, Reason::follows_open},
   };
   for (const StorageRow& r : rows) {
     SCOPED_TRACE(r.what);
@@ -332,6 +347,9 @@ TEST(CopiesFromCache, CachedReadsIntoTheGpuOfFilesWithWindows) {
        true, true},
       {"a cold range goes O_DIRECT", with(windowed(ext4_read(MiB)), [&](auto& f) { f.residency = cold; }),
        true, false},
+      {"a cold range of a kept file is read, not copied: its pages are not there yet",
+       with(windowed(ext4_read(MiB)), [&](auto& f) { f.keep_cache = true; f.residency = cold; }),
+       true, false},
       {"no file system O_DIRECT and residency unknown: not known cached",
        with(windowed(ext4_read(MiB)), [](auto& f) { f.direct_capable = false; }), true, false},
       {"GPUFILE_DIRECT_IO=never does not say cached", with(windowed(ext4_read(MiB)),
@@ -345,6 +363,64 @@ TEST(CopiesFromCache, CachedReadsIntoTheGpuOfFilesWithWindows) {
   for (const CacheRow& r : rows) {
     SCOPED_TRACE(r.what);
     EXPECT_EQ(copies_from_cache(r.facts, choose_storage(r.facts), r.staged), r.copies);
+  }
+}
+
+// ---- the page cache on a miss (gpufile.cache_policy) -------------------------------------------
+
+constexpr uint64_t GiB = 1024 * MiB;
+
+// A 4 GiB checkpoint on ext4, weighed by gpufile.cache_policy=auto against `room`.
+CacheFacts checkpoint(std::optional<uint64_t> room) {
+  CacheFacts f;
+  f.file_size = 4 * GiB;
+  f.room = room;
+  return f;
+}
+
+struct MissRow {
+  const char* what;
+  CacheFacts facts;
+  bool keep;
+  Reason why;
+};
+
+TEST(ChooseCache, KeepWhatFitsBypassWhatDoesNot) {
+  const MissRow rows[] = {
+      {"fits: a quarter of the room", checkpoint(16 * GiB), true, Reason::cache_fits},
+      {"fits: exactly half of the room", checkpoint(8 * GiB), true, Reason::cache_fits},
+      {"does not fit: a byte over half", checkpoint(8 * GiB - 2), false, Reason::cache_too_big},
+      {"does not fit: larger than the room", checkpoint(2 * GiB), false, Reason::cache_too_big},
+      {"no room at all (a cgroup at its limit)", checkpoint(0), false, Reason::cache_too_big},
+      {"an empty file fits anywhere", with(checkpoint(0), [](auto& f) { f.file_size = 0; }), true,
+       Reason::cache_fits},
+      {"room unknown: bypass, as before", checkpoint(std::nullopt), false,
+       Reason::cache_room_unknown},
+      {"tmpfs: the file is the cache, whatever the room",
+       with(checkpoint(GiB), [](auto& f) { f.memory_backed = true; }), true, Reason::cache_in_memory},
+      {"tmpfs under bypass too",
+       with(checkpoint(GiB), [](auto& f) { f.memory_backed = true; f.policy = CachePolicy::bypass; }),
+       true, Reason::cache_in_memory},
+      {"a block device is not weighed",
+       with(checkpoint(64 * GiB), [](auto& f) { f.block_device = true; }), false,
+       Reason::cache_block_device},
+      {"GPUDirect Storage reads the file past the cache",
+       with(checkpoint(64 * GiB), [](auto& f) { f.vendor_direct = true; }), false,
+       Reason::cache_vendor_direct},
+      {"keep: whatever the size",
+       with(checkpoint(GiB), [](auto& f) { f.policy = CachePolicy::keep; }), true, Reason::cache_keep},
+      {"keep: with GPUDirect Storage too",
+       with(checkpoint(GiB), [](auto& f) { f.policy = CachePolicy::keep; f.vendor_direct = true; }),
+       true, Reason::cache_keep},
+      {"bypass: even what fits",
+       with(checkpoint(64 * GiB), [](auto& f) { f.policy = CachePolicy::bypass; }), false,
+       Reason::cache_bypass},
+  };
+  for (const MissRow& r : rows) {
+    SCOPED_TRACE(r.what);
+    const CacheChoice c = choose_cache(r.facts);
+    EXPECT_EQ(c.keep, r.keep);
+    EXPECT_EQ(c.why, r.why) << describe(c.why);
   }
 }
 
