@@ -385,13 +385,15 @@ route::LoadFacts load_facts(const Session& s, const exec::Job& job, unsigned cal
     const Plan p = job.windows->plan_read(job.file_off, job.len, job.file_size);
     f.from_page_cache =
         p == Plan::ready || (p == Plan::wanted && job.len <= kShortForWindows * c.slab_bytes);
-    // A longer read of bytes read before makes their windows too, from the far end while the
-    // workers stage the near end (route::plan_threads); a first reading makes none: registering
-    // as it went, one fresh process's read of a warm 4 GiB file ran at 39.9 GiB/s against 46.3
-    // staged (H200; docs/performance.md, "Many GPUs").
+    // Where several GPUs share the host, a longer read of bytes read before makes their windows
+    // as it goes (route::plan_threads): staging crosses host memory three times a byte, which
+    // several GPUs' links outrun (docs/performance.md, "The host model"), while one GPU's link
+    // takes staged bytes at 94% of host-to-device and making the windows halves the speed of
+    // the reading that makes them. A first reading makes none: registering as it went, a fresh
+    // process's read of a warm 4 GiB file ran at 39.9 GiB/s against 46.3 staged (H200).
     const uint64_t long_read = uint64_t{s.settings.pagecache_dma_long_read_mb} << 20;
-    f.windows_to_make =
-        !f.from_page_cache && p == Plan::wanted && long_read > 0 && job.len >= long_read;
+    f.windows_to_make = s.gpus_share_host && !f.from_page_cache && p == Plan::wanted &&
+                        long_read > 0 && job.len >= long_read;
   }
   return f;
 }

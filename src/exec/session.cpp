@@ -309,6 +309,7 @@ Error start_session(Session& s) {
   if (s.gpu) open_vendor(s);
   else s.vendor_why = "no GPU";
   const double vendor_ms = laps.lap();
+  s.gpus_share_host = s.gpu && (cuda::driver()->device_count > 1 || local_world > 1);
   if (s.gpu && s.settings.pagecache_dma_mb > 0)
     s.pagecache_dma = std::make_shared<exec::PageCacheDma>(
         exec::pagecache_dma_budget(uint64_t{s.settings.pagecache_dma_mb} << 20,

@@ -79,6 +79,10 @@ struct Session {
   exec::StagingPool remote; // remote reads into GPU memory: one buffer per ranged GET in flight
   exec::StagingPool uploads; // S3 writers' part buffers (api/remote_file.cpp), of one upload part
   bool gpu = false;
+  // The process sees several GPUs, or its launcher says other processes of its job share the
+  // host (LOCAL_WORLD_SIZE and the like): host memory is then shared by several GPUs' staging,
+  // and long reads make page-cache windows (gpufile.pagecache_dma_long_read_mb).
+  bool gpus_share_host = false;
   std::string placement_why;  // the NUMA placement decision, in one sentence
   std::atomic<int> inflight{0};
   std::atomic<int> sync_calls{0};  // synchronous calls in Runtime::run right now

@@ -42,6 +42,8 @@ class PageCacheDma : public CapiTest {
     unsetenv("GPUFILE_PAGECACHE_DMA_MB");
     unsetenv("GPUFILE_PAGECACHE_DMA_IDLE_MS");
     unsetenv("GPUFILE_PAGECACHE_DMA_LONG_READ_MB");
+    unsetenv("LOCAL_WORLD_SIZE");
+    unsetenv("GPUFILE_WORKERS");
     CapiTest::TearDown();
   }
 
@@ -372,6 +374,8 @@ class LongReadWindows : public PageCacheDma {
     PageCacheDma::SetUp();
     if (IsSkipped()) return;
     setenv("GPUFILE_PAGECACHE_DMA_LONG_READ_MB", "16", 1);
+    setenv("LOCAL_WORLD_SIZE", "2", 1);  // another process of the job feeds another GPU here
+    setenv("GPUFILE_WORKERS", "4", 1);    // not the two of half a small machine's cores
     ASSERT_NO_FATAL_FAILURE(open_session());
     controls_ = fake_controls();
   }
@@ -427,6 +431,25 @@ TEST_F(LongReadWindows, ShorterReadsAndZeroMakeNone) {
   ASSERT_TRUE(again.ok());
   for (int pass = 0; pass < 3; ++pass) ASSERT_EQ(read_and_check(again, data_, 0, kFileSize, kFileSize), "");
   EXPECT_EQ(read_bytes_by(Path::page_cache_dma), dma_before) << "0 did not turn it off";
+}
+
+// A process alone with one GPU makes none: its link takes staged bytes near host-to-device
+// anyway, and making the windows would halve the speed of the reading that made them.
+TEST_F(LongReadWindows, OneGpuAloneOnTheHostMakesNone) {
+  int gpus = 0;
+  ASSERT_EQ(drv()->DeviceGetCount(&gpus), cu::CUDA_SUCCESS);
+  if (gpus != 1) GTEST_SKIP() << "the test double shows " << gpus << " GPUs";
+  unsetenv("LOCAL_WORLD_SIZE");
+  ASSERT_NO_FATAL_FAILURE(open_session());
+  const std::string big = dir_.file("three-windows.bin");
+  std::vector<uint8_t> bytes;
+  ASSERT_NO_FATAL_FAILURE(make_file(big, test_seed() * 43, 160 * MiB, &bytes));
+  Handle h(big, O_RDONLY);
+  ASSERT_TRUE(h.ok());
+  const uint64_t dma_before = read_bytes_by(Path::page_cache_dma);
+  for (int reading = 1; reading <= 3; ++reading)
+    ASSERT_EQ(read_and_check(h, bytes, 0, bytes.size(), bytes.size()), "") << "reading " << reading;
+  EXPECT_EQ(read_bytes_by(Path::page_cache_dma), dma_before) << "a lone GPU's long readings made windows";
 }
 
 // The driver refusing a registration midway (the second window of three, on the second
