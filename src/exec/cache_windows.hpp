@@ -65,9 +65,10 @@ class FileWindows {
   const char* acquire(int fd, uint64_t off, uint64_t len, uint64_t file_size,
                       cuda::CUcontext ctx, Make make, WindowLease* lease);
   void release(WindowLease* lease);
-  // Makes the farthest window of file bytes [from, to) not made yet. True when one was made; false when none is missing there, another is being made (MakerTurn), the budget
-  // is held by windows in use, or the file is refused. For a long read's calling thread
-  // (Job::makes_windows_ahead); `ctx` is current.
+  // Makes the farthest window of file bytes [from, to) not made yet. True when one was made;
+  // false when none is missing there, another is being made (MakerTurn), the budget is held by
+  // windows in use, the bytes are not all cached, or the file is refused. For a long read's
+  // calling thread (Job::makes_windows_ahead); `ctx` is current.
   bool make_ahead(int fd, uint64_t from, uint64_t to, uint64_t file_size, cuda::CUcontext ctx);
   // What a read of [off, off+len) (`file_size` as the read saw it) finds, in one look:
   //   ready   registered windows of the current file serve all of it now;
