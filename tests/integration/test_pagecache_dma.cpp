@@ -25,6 +25,25 @@ uint64_t write_bytes_by(Path p) {
   return gpufile::stats::snapshot().paths[1][static_cast<int>(p)].bytes;
 }
 
+// The test double's hold on cuMemHostRegister (fakecuda_hold_registrations): while held,
+// registrations wait, counted by waiting(). Released whatever happens to the test.
+class RegistrationHold {
+ public:
+  RegistrationHold()
+      : hold_(reinterpret_cast<void (*)(int)>(driver_symbol("fakecuda_hold_registrations"))),
+        waiting_(reinterpret_cast<int (*)()>(driver_symbol("fakecuda_registrations_waiting"))) {}
+  ~RegistrationHold() {
+    if (available()) hold_(0);
+  }
+  bool available() const { return hold_ != nullptr && waiting_ != nullptr; }
+  void hold(bool on) { hold_(on ? 1 : 0); }
+  int waiting() const { return waiting_(); }
+
+ private:
+  void (*hold_)(int);
+  int (*waiting_)();
+};
+
 class PageCacheDma : public CapiTest {
  protected:
   void SetUp() override {
@@ -322,28 +341,23 @@ TEST_F(PageCacheDma, AnIdleWindowMakesRoom) {
 // them one after another and holds the process's other calls up meanwhile); a later read makes
 // its window.
 TEST_F(PageCacheDma, AReadDoesNotQueueBehindAnotherWindowBeingMade) {
-  auto hold = reinterpret_cast<void (*)(int)>(driver_symbol("fakecuda_hold_registrations"));
-  auto waiting = reinterpret_cast<int (*)()>(driver_symbol("fakecuda_registrations_waiting"));
-  if (!hold || !waiting) GTEST_SKIP() << "needs the test double's registration hold";
-  struct Release {  // whatever happens, nothing stays held
-    void (*hold)(int);
-    ~Release() { hold(0); }
-  } release{hold};
+  RegistrationHold holding;
+  if (!holding.available()) GTEST_SKIP() << "needs the test double's registration hold";
   const std::string two = dir_.file("two.bin");
   std::vector<uint8_t> bytes;
   ASSERT_NO_FATAL_FAILURE(make_file(two, test_seed() * 23, 128 * MiB, &bytes));
   Handle h(two, O_RDONLY);
   ASSERT_TRUE(h.ok());
   ASSERT_EQ(read_and_check(h, bytes, 0, 128 * MiB, 4 * MiB), "");  // read once: both wanted next
-  hold(1);
+  holding.hold(true);
   auto first = std::async(std::launch::async, [&] { return read_and_check(h, bytes, 0, 4 * MiB, 4 * MiB); });
-  for (int i = 0; i < 10000 && waiting() == 0; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(1));
-  ASSERT_EQ(waiting(), 1) << "the first window's registration never started";
+  for (int i = 0; i < 10000 && holding.waiting() == 0; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  ASSERT_EQ(holding.waiting(), 1) << "the first window's registration never started";
   const uint64_t dma_before = read_bytes_by(Path::page_cache_dma);
   auto second = std::async(std::launch::async, [&] { return read_and_check(h, bytes, 64 * MiB, 4 * MiB, 4 * MiB); });
   const bool done = second.wait_for(std::chrono::seconds(20)) == std::future_status::ready;
-  EXPECT_EQ(waiting(), 1) << "the second read began making its window too";
-  hold(0);
+  EXPECT_EQ(holding.waiting(), 1) << "the second read began making its window too";
+  holding.hold(false);
   ASSERT_TRUE(done) << "the second read waited for the first window's registration";
   EXPECT_EQ(second.get(), "");
   EXPECT_EQ(read_bytes_by(Path::page_cache_dma), dma_before) << "the second read was not staged";
@@ -485,13 +499,8 @@ TEST_F(LongReadWindows, ARegistrationRefusedMidwayLeavesTheReadWhole) {
 // changed bytes is whatever a pread racing with the change would give), and the readings after
 // see the new bytes, never the pages the old window pinned.
 TEST_F(LongReadWindows, PagesReplacedWhileTheirWindowIsMadeAreReadAnewNextTime) {
-  auto hold = reinterpret_cast<void (*)(int)>(driver_symbol("fakecuda_hold_registrations"));
-  auto waiting = reinterpret_cast<int (*)()>(driver_symbol("fakecuda_registrations_waiting"));
-  if (!hold || !waiting) GTEST_SKIP() << "needs the test double's registration hold";
-  struct Release {  // whatever happens, nothing stays held
-    void (*hold)(int);
-    ~Release() { hold(0); }
-  } release{hold};
+  RegistrationHold holding;
+  if (!holding.available()) GTEST_SKIP() << "needs the test double's registration hold";
   const std::string big = dir_.file("three-windows.bin");
   std::vector<uint8_t> bytes;
   ASSERT_NO_FATAL_FAILURE(make_file(big, test_seed() * 41, 160 * MiB, &bytes));
@@ -504,13 +513,13 @@ TEST_F(LongReadWindows, PagesReplacedWhileTheirWindowIsMadeAreReadAnewNextTime) 
   auto buf = Buffer::make(Mem::device, bytes.size(), &why);
   ASSERT_TRUE(buf) << why;
   ASSERT_EQ(read_and_check(h, bytes, 0, bytes.size(), bytes.size()), "");  // read once: staged
-  hold(1);
+  holding.hold(true);
   auto second = std::async(std::launch::async, [&] {
     bind_context();
     return cuFileRead(h.get(), buf->ptr(), bytes.size(), 0, 0);
   });
-  for (int i = 0; i < 10000 && waiting() == 0; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(1));
-  ASSERT_EQ(waiting(), 1) << "the second reading never began registering a window";
+  for (int i = 0; i < 10000 && holding.waiting() == 0; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  ASSERT_EQ(holding.waiting(), 1) << "the second reading never began registering a window";
   std::vector<uint8_t> renewed = bytes;
   {
     Rng rng(test_seed() * 37);
@@ -522,14 +531,14 @@ TEST_F(LongReadWindows, PagesReplacedWhileTheirWindowIsMadeAreReadAnewNextTime) 
                     static_cast<off_t>(kTail)) != 0) {
       const int e = errno;
       ::close(fd);
-      hold(0);
+      holding.hold(false);
       second.wait();
       GTEST_SKIP() << "the file system cannot punch holes: " << strerror(e);
     }
     ASSERT_EQ(::pwrite(fd, tail.data(), kTail, static_cast<off_t>(tail_at)), static_cast<ssize_t>(kTail));
     ::close(fd);
   }
-  hold(0);
+  holding.hold(false);
   ASSERT_EQ(second.get(), static_cast<ssize_t>(bytes.size()));
   for (int reading = 3; reading <= 5; ++reading)
     EXPECT_EQ(read_and_check(h, renewed, 0, bytes.size(), bytes.size()), "")
