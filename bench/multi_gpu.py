@@ -12,7 +12,7 @@ Each GPU g reads its own warm file DIR/gpufile-gpu<g>.bin (4 GiB). Rows, in orde
                   started together (their GiB/s summed), then one process for all GPUs (a gdsio job
                   file, one job per GPU: the total line)
   python          gpufile.open(f).read(cupy array of the whole file): first call in a fresh process,
-                  then the best of 3; a process per GPU (every read starts together, across
+                  then the best of --rounds (5); a process per GPU (every read starts together, across
                   processes), one process with a thread per GPU, and one process alone on the host
   tp_load         examples/tp_load.py --into --compare under torchrun, one rank per GPU: each
                   rank's part (load_into; the slowest rank against its part's bytes over its share
@@ -50,6 +50,10 @@ def parse_args():
     ap.add_argument("--ranks", action="store_true", help="give each process LOCAL_RANK and LOCAL_WORLD_SIZE")
     ap.add_argument("--quick", action="store_true",
                     help="-T 4, no one-process bench rows, no lone Python process, one tp_load start")
+    ap.add_argument("--rounds", type=int, default=5,
+                    help="Python reads after the first call in each process (5): a read of bytes read "
+                         "before makes page-cache windows where several GPUs share the host, and "
+                         "the rounds after it copy out of them")
     ap.add_argument("--skip", default="", help="comma list of sections to leave out: bench,python,tp_load")
     return ap.parse_args()
 
@@ -63,6 +67,7 @@ class Run:
         self.shell = benchlib.Shell(os.path.join(a.out, "multi-gpu.log"))
         self.gpus = a.gpus or benchlib.gpu_count()
         self.size = a.size_mib * MIB
+        self.rounds = max(1, a.rounds)
         self.files = [os.path.join(a.dir, f"gpufile-gpu{g}.bin") for g in range(self.gpus)]
         self.rows = []
         self.ceiling = None
@@ -200,14 +205,14 @@ class Run:
         limit = 180
         barrier = tempfile.mkdtemp(prefix="gpufile-barrier-")  # the readers' arrivals, as files
         name = f"Python File.read of {benchlib.human(self.size)}"
-        specs = [{"path": f, "gpu": g, "size": self.size, "barrier": barrier, "parties": self.gpus}
-                 for g, f in enumerate(self.files)]
+        specs = [{"path": f, "gpu": g, "size": self.size, "barrier": barrier, "parties": self.gpus,
+                  "rounds": self.rounds} for g, f in enumerate(self.files)]
         cmds = [[sys.executable, os.path.abspath(__file__), "worker", json.dumps(s)] for s in specs]
         self.python_row(name, "a process per GPU",
                         self.shell.run_together(cmds, [self.env(g) for g in range(self.gpus)], limit))
         shutil.rmtree(barrier, ignore_errors=True)
         if self.gpus > 1:
-            spec = {"paths": self.files, "size": self.size}
+            spec = {"paths": self.files, "size": self.size, "rounds": self.rounds}
             cmd = [sys.executable, os.path.abspath(__file__), "threads", json.dumps(spec)]
             self.python_row(name, "one process, a thread per GPU", [self.shell.run(cmd, timeout=limit)])
             if self.lone_python_row():
@@ -346,7 +351,7 @@ def notes(r):
     if "open_s" in r:
         out.append(f"gpufile.open up to {max(r['open_s']):.3f} s")
     if "rounds_gib_s" in r:
-        out.append("3 rounds " + ", ".join(f"{v:.1f}" for v in r["rounds_gib_s"]))
+        out.append(f"{len(r['rounds_gib_s'])} rounds " + ", ".join(f"{v:.1f}" for v in r["rounds_gib_s"]))
     if "slowest_rank_s" in r:
         out.append(f"slowest rank {r['slowest_rank_s']:.3f} s" +
                    (f", ideal {r['ideal_s']:.3f} s ({r['slowest_over_ideal']:.2f}x)" if "ideal_s" in r else ""))
@@ -401,7 +406,8 @@ def file_barrier(directory, parties, me):
 
 def worker(spec):
     wait = file_barrier(spec["barrier"], spec["parties"], spec["gpu"]) if spec["parties"] > 1 else (lambda: None)
-    print("RESULT " + json.dumps([read_rounds(spec["path"], spec["gpu"], spec["size"], wait)]), flush=True)
+    print("RESULT " + json.dumps([read_rounds(spec["path"], spec["gpu"], spec["size"], wait,
+                                              spec.get("rounds", 3))]), flush=True)
 
 
 def threads(spec):
@@ -411,7 +417,7 @@ def threads(spec):
 
     def one(g):
         try:
-            out[g] = read_rounds(paths[g], g, spec["size"], barrier.wait)
+            out[g] = read_rounds(paths[g], g, spec["size"], barrier.wait, spec.get("rounds", 3))
         except Exception as e:  # noqa: BLE001 (reported, and the others released)
             errors.append(repr(e))
             barrier.abort()
