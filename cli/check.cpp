@@ -117,6 +117,16 @@ int check(int argc, char** argv) {
   else
     std::printf("page-cache DMA up to %llu MiB registered at once\n",
                 static_cast<unsigned long long>(r.cache_dma_budget >> 20));
+  if (r.cache_dma_budget > 0) {
+    if (r.long_read_windows_from > 0)
+      std::printf("            reads of %llu MiB or more make the windows of bytes read before "
+                  "(several GPUs share this host)\n",
+                  static_cast<unsigned long long>(r.long_read_windows_from >> 20));
+    else
+      std::printf("            only reads of up to four slabs make windows (%s)\n",
+                  r.gpus_share_host ? "gpufile.pagecache_dma_long_read_mb is 0"
+                                    : "one GPU alone on this host: its link takes staged bytes");
+  }
   cuFileHandleDeregister(h);
   ::close(fd);
   return 0;

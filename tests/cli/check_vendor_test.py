@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """`gpufile check FILE` names the vendor path (NVIDIA's libcufile) and says why a file takes it
-or not: against the CUDA driver double and the NVIDIA libcufile double (tests/support/fakecufile).
+or not, and which reads make page-cache windows: against the CUDA driver double and the NVIDIA
+libcufile double (tests/support/fakecufile).
 
 usage: check_vendor_test.py GPUFILE_CLI FAKECUDA FAKECUFILE
 """
@@ -61,7 +62,17 @@ def main():
                "why: gpufile.cache_policy=bypass")
 
         out = check(cli, accepted, **base, GPUFILE_VENDOR="off")
-        expect(out, "NVIDIA      off (gpufile.vendor)", "not NVIDIA's: gpufile.vendor is off")
+        expect(out, "NVIDIA      off (gpufile.vendor)", "not NVIDIA's: gpufile.vendor is off",
+               # the double's one GPU, alone: long reads stay staged
+               "only reads of up to four slabs make windows (one GPU alone on this host")
+
+        # Several GPUs share the host: long reads of bytes read before make page-cache windows.
+        out = check(cli, accepted, **base, GPUFILE_VENDOR="off", FAKECUDA_DEVICES="2")
+        expect(out, "reads of 16 MiB or more make the windows of bytes read before")
+        out = check(cli, accepted, **base, GPUFILE_VENDOR="off", LOCAL_WORLD_SIZE="2",
+                    GPUFILE_PAGECACHE_DMA_LONG_READ_MB="0")
+        expect(out, "only reads of up to four slabs make windows "
+                    "(gpufile.pagecache_dma_long_read_mb is 0)")
     print("ok")
 
 
