@@ -42,7 +42,7 @@ FileWindows::~FileWindows() {
 }
 
 const char* FileWindows::acquire(int fd, uint64_t off, uint64_t len, uint64_t file_size,
-                                 cuda::CUcontext ctx, Make may_make, WindowLease* lease) {
+                                 cuda::CUcontext ctx, bool may_make, WindowLease* lease) {
   const uint64_t index = off / kWindow;
   if (len == 0 || (off + len - 1) / kWindow != index) return nullptr;  // across two windows
   std::unique_lock lock(mu_);
@@ -63,7 +63,7 @@ const char* FileWindows::acquire(int fd, uint64_t off, uint64_t len, uint64_t fi
   }
   if (it == windows_.end()) {
     auto wanted = demand_.find(index);
-    if (may_make == Make::never || demand_generation_ != generation || wanted == demand_.end() ||
+    if (!may_make || demand_generation_ != generation || wanted == demand_.end() ||
         !wanted->second.wanted)
       return nullptr;  // read once so far, or a long read: staged
     PageCacheDma::MakerTurn turn(*owner_);

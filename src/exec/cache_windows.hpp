@@ -55,15 +55,12 @@ class FileWindows {
   FileWindows(const FileWindows&) = delete;
   FileWindows& operator=(const FileWindows&) = delete;
 
-  // Whether acquire() may make the window it finds missing: never, or when the window is
-  // wanted (read again: plan_read).
-  enum class Make { never, when_wanted };
   // File bytes [off, off+len) as a pointer the copy engine reads, valid until release(); null
   // when no window serves them now (the caller stages them as usual). `fd` reads the file
   // (page-cache fd), `file_size` is its size as the caller's IO saw it, `ctx` is current. The
   // change notices must have been taken (take_changes) since the read began.
   const char* acquire(int fd, uint64_t off, uint64_t len, uint64_t file_size,
-                      cuda::CUcontext ctx, Make make, WindowLease* lease);
+                      cuda::CUcontext ctx, bool may_make, WindowLease* lease);
   void release(WindowLease* lease);
   // Makes the farthest window of file bytes [from, to) not made yet. True when one was made;
   // false when none is missing there, another is being made (MakerTurn), the budget is held by

@@ -151,18 +151,14 @@ struct Turn {
 
 class CallerRun {
  public:
-  CallerRun(Job& job, const StagingLease& lease)
-      : job_(job),
-        turns_(lease.count()),
-        ahead_(job.makes_windows_ahead && job.windows != nullptr),
-        make_(job.makes_windows ? FileWindows::Make::when_wanted : FileWindows::Make::never) {
+  CallerRun(Job& job, const StagingLease& lease) : job_(job), turns_(lease.count()) {
     for (unsigned i = 0; i < turns_; ++i) turn_[i].buf = lease.buffer(i);
   }
 
   uint64_t run() {
     if (job_.staged() && turns_ == 0) return 0;  // no staging: the pieces are left to workers
     cuda::ScopedContext ctx(job_.staged() ? job_.mem.context : nullptr);
-    if (ahead_) make_windows_ahead();
+    if (job_.makes_windows_ahead) make_windows_ahead();
     Chunk c;
     unsigned k = 0;
     while (job_.claim(&c)) {
@@ -223,11 +219,11 @@ class CallerRun {
   // window (exec/cache_windows.hpp), with no kernel read. False when no window serves the piece
   // now: it is staged as usual.
   bool start_from_window(Turn& t) {
-    const uint64_t want = t.c.off < job_.file_size ? std::min(t.c.len, job_.file_size - t.c.off) : 0;
+    const uint64_t want = job_.in_file(t.c.off, t.c.len);
     if (want == 0) return false;
     const char* bytes =
         job_.windows->acquire(job_.file.fd_buffered, t.c.off, want, job_.file_size,
-                              job_.mem.context, make_, &t.window);
+                              job_.mem.context, job_.makes_windows, &t.window);
     if (bytes == nullptr) return false;
     t.host = const_cast<char*>(bytes);  // only read: a host-to-device copy's source
     t.got = want;
@@ -303,8 +299,6 @@ class CallerRun {
   Job& job_;
   Turn turn_[StagingLease::kMaxBuffers];
   const unsigned turns_;
-  const bool ahead_;
-  const FileWindows::Make make_;
   uint64_t moved_ = 0;
 };
 

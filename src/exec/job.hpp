@@ -2,6 +2,7 @@
 // executor: split into chunks, each chunk into at most three kernel IOs (segments).
 #pragma once
 
+#include <algorithm>
 #include <atomic>
 #include <cstdint>
 #include <functional>
@@ -85,6 +86,10 @@ class Job {
   Callback on_complete;
 
   uint64_t end() const { return file_off + len; }
+  // Bytes of [off, off+n) a read finds in the file as admitted (short or none at its end).
+  uint64_t in_file(uint64_t off, uint64_t n) const {
+    return off >= file_size ? 0 : std::min(n, file_size - off);
+  }
   bool staged() const { return mem.needs_staging(); }
 
   // ---- pieces ----

@@ -203,8 +203,7 @@ Error Runtime::explain_file(void* handle, FileReport* out) {
   out->cache_room = h->cache_facts.room;
   out->cache_dma_budget = s->pagecache_dma ? s->pagecache_dma->budget() : 0;
   out->gpus_share_host = s->gpus_share_host;
-  if (out->cache_dma_budget > 0 && s->gpus_share_host)
-    out->long_read_windows_from = uint64_t{s->settings.pagecache_dma_long_read_mb} << 20;
+  if (out->cache_dma_budget > 0) out->long_read_windows_from = s->long_read_windows_from();
   explain_vendor(*s, *h, out);
   return Error::none();
 }

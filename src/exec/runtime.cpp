@@ -391,9 +391,9 @@ route::LoadFacts load_facts(const Session& s, const exec::Job& job, unsigned cal
     // takes staged bytes at 94% of host-to-device and making the windows halves the speed of
     // the reading that makes them. A first reading makes none: registering as it went, a fresh
     // process's read of a warm 4 GiB file ran at 39.9 GiB/s against 46.3 staged (H200).
-    const uint64_t long_read = uint64_t{s.settings.pagecache_dma_long_read_mb} << 20;
-    f.windows_to_make = s.gpus_share_host && !f.from_page_cache && p == Plan::wanted &&
-                        long_read > 0 && job.len >= long_read;
+    const uint64_t long_read = s.long_read_windows_from();
+    f.windows_to_make =
+        !f.from_page_cache && p == Plan::wanted && long_read > 0 && job.len >= long_read;
   }
   return f;
 }
@@ -419,7 +419,7 @@ namespace {
 // The bytes an IO must move to be complete: a read stops at the end of the file.
 uint64_t expected_bytes(const exec::Job& job) {
   if (job.kind == sys::IoKind::write) return job.len;
-  return job.file_off >= job.file_size ? 0 : std::min(job.len, job.file_size - job.file_off);
+  return job.in_file(job.file_off, job.len);
 }
 
 }  // namespace
@@ -505,8 +505,7 @@ IoResult Runtime::run_routed(Io& io, const route::StorageChoice& storage) {
     if (lease.count() == 0) plan = route::plan_for_workers(facts, route::Reason::no_staging);
   }
   job.split(plan.step);
-  job.makes_windows_ahead = plan.make_windows_ahead && plan.runner != route::Runner::workers &&
-                            lease.count() > 0;
+  job.makes_windows_ahead = plan.make_windows_ahead;  // (no lease: the workers' plan above)
   const bool on_caller = plan.runner != route::Runner::workers;
   if (!on_caller || plan.helpers > 0) {
     FenceMemo memo;

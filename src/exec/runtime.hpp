@@ -105,8 +105,8 @@ class Runtime {
     // registered windows of this file, and the session's budget for them (0: the path is off).
     bool copies_from_cache = false;
     uint64_t cache_dma_budget = 0;
-    // Long reads make the windows of bytes read before (several GPUs share the host, and
-    // gpufile.pagecache_dma_long_read_mb is not 0), from this many bytes on; 0: they do not.
+    // Long reads make the windows of bytes read before from this many bytes on
+    // (Session::long_read_windows_from); 0: they do not.
     uint64_t long_read_windows_from = 0;
     bool gpus_share_host = false;
     // Path 5: whether a large aligned read into GPU memory goes through NVIDIA's library, and

@@ -61,8 +61,10 @@ route::CacheFacts cache_facts(const Session& s, const FileHandle& h, const struc
   f.file_size = static_cast<uint64_t>(st.st_size);
   f.memory_backed = h.memory_backed;
   f.block_device = S_ISBLK(st.st_mode);
-  // As route::choose_vendor: NVIDIA's library carries the file's cold reads into GPU memory.
-  f.vendor_direct = h.vendor != nullptr && (s.vendor_gds() || s.settings.vendor == VendorPolicy::on);
+  // NVIDIA's library carries the file's cold reads into GPU memory: a session keeps the library
+  // only where it is used (GPUDirect Storage, or gpufile.vendor=on: open_vendor), and a file
+  // only has its handle where NVIDIA's driver took the file.
+  f.vendor_direct = h.vendor != nullptr;
   if (f.policy == CachePolicy::automatic && !f.memory_backed) f.room = exec::page_cache_room();
   return f;
 }

@@ -83,6 +83,11 @@ struct Session {
   // host (LOCAL_WORLD_SIZE and the like): host memory is then shared by several GPUs' staging,
   // and long reads make page-cache windows (gpufile.pagecache_dma_long_read_mb).
   bool gpus_share_host = false;
+  // The shortest read that makes the windows of bytes read before as it goes: where GPUs share
+  // the host, gpufile.pagecache_dma_long_read_mb; 0: no read that long makes them.
+  uint64_t long_read_windows_from() const {
+    return gpus_share_host ? uint64_t{settings.pagecache_dma_long_read_mb} << 20 : 0;
+  }
   std::string placement_why;  // the NUMA placement decision, in one sentence
   std::atomic<int> inflight{0};
   std::atomic<int> sync_calls{0};  // synchronous calls in Runtime::run right now

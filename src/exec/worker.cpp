@@ -184,12 +184,12 @@ bool Worker::start_from_window(unsigned i, const Chunk& c) {
   Slot& s = slots_[i];
   Piece& p = s.pieces[0];
   Job& job = *c.job;
-  const uint64_t want = c.off < job.file_size ? std::min(c.len, job.file_size - c.off) : 0;
+  const uint64_t want = job.in_file(c.off, c.len);
   if (want == 0) return false;
   // Workers only use windows made already: making one holds the driver up for milliseconds,
   // which the calling thread of a read pays (Job::makes_windows_ahead), not a worker's pipeline.
   const char* bytes = job.windows->acquire(job.file.fd_buffered, c.off, want, job.file_size,
-                                           s.ctx, FileWindows::Make::never, &p.window);
+                                           s.ctx, /*may_make=*/false, &p.window);
   if (bytes == nullptr) return false;
   p.mem = const_cast<char*>(bytes);  // only read: a host-to-device copy's source
   p.plan = ChunkPlan{};

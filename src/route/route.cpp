@@ -61,8 +61,8 @@ const char* describe(Reason why) {
     case Reason::from_page_cache:
       return "copies straight out of registered page cache: the calling thread issues them all";
     case Reason::making_windows:
-      return "a long read of cached bytes: the caller makes their page-cache windows from the far "
-             "end while the workers stage from the near end";
+      return "a long read of cached bytes read before: the calling thread makes their missing "
+             "page-cache windows, farthest first, while the workers take the pieces";
     case Reason::shared: return "the calling thread and idle workers share the pieces";
     case Reason::no_staging: return "no caller staging buffer free: the workers run it";
     case Reason::vendor_off: return "gpufile.vendor is off: gpufile's own paths";
@@ -246,11 +246,11 @@ ThreadPlan plan_threads(const LoadFacts& f) {
   const uint64_t step = piece_step(f.len, share + 1, f.min_chunk, f.slab);
   if (piece_count(f.grid_offset, f.len, step) == 1) return plan(Runner::caller, step, f, 0, Reason::one_piece);
   // A long read of cached bytes that can make its page-cache windows as it goes: the caller
-  // makes them from the far end while workers stage from the near end, and the two meet. Only
-  // so: registering holds the driver up for milliseconds a window, and the caller registering
-  // alone reads slower than staging (exec/cache_windows.hpp). Busy workers still take the near
-  // end's pieces as they come free.
-  if (f.staged && f.windows_to_make && piece_count(f.grid_offset, f.len, step) > 1) {
+  // makes the missing ones, farthest first, while the workers take the pieces from the near end
+  // (Job::makes_windows_ahead). Only so: registering holds the driver up for milliseconds a
+  // window, and the caller registering alone reads slower than staging (exec/cache_windows.hpp).
+  // Busy workers still take the pieces as they come free.
+  if (f.staged && f.windows_to_make) {
     const unsigned helpers = std::max(share, 1u);
     ThreadPlan p = plan(Runner::caller_and_workers,
                         piece_step(f.len, helpers + 1, f.min_chunk, f.slab), f, helpers,

@@ -50,7 +50,7 @@ enum class Reason : int {
   callers_busy,       // enough calls run at once to keep every worker busy with whole pieces
   workers_busy,       // no idle worker to share with: the caller runs its own pieces
   from_page_cache,    // copies straight out of registered page cache: the caller issues them all
-  making_windows,     // the caller makes page-cache windows from the far end, workers stage
+  making_windows,     // the caller makes missing page-cache windows, the workers take the pieces
   shared,             // the caller and idle workers share the pieces
   no_staging,         // every caller staging buffer is in use: the workers run it
   // vendor (NVIDIA's libcufile, path 5)
@@ -206,8 +206,8 @@ struct ThreadPlan {
   uint32_t pieces = 1;     // how many pieces that makes
   unsigned helpers = 0;    // workers to wake: for the pieces the caller leaves, or for all of them
   Reason why = Reason::asynchronous;
-  // The caller makes page-cache windows from the far end of the request while the workers
-  // stage from the near end (exec::Job::makes_windows_ahead): only where workers share it.
+  // The caller makes the request's missing page-cache windows while the workers take its
+  // pieces (exec::Job::makes_windows_ahead): only where workers share it.
   bool make_windows_ahead = false;
 };
 
