@@ -255,6 +255,7 @@ class CallerRun {
     for (int k = 0; k < plan.count && err.ok(); ++k) {
       Segment& seg = plan.seg[k];
       SegmentNext next = SegmentNext::again;
+      fill_cache_first(job_, seg);
       if (job_.guess != nullptr && reading()) {
         ssize_t r = first_read_from_cache(job_, seg);
         if (r != -EAGAIN) next = apply_result(job_, seg, static_cast<int>(r), &err);

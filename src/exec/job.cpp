@@ -186,6 +186,12 @@ SegmentNext apply_result(const Job& job, Segment& seg, int res, Error* err) {
   return SegmentNext::failed;
 }
 
+void fill_cache_first(const Job& job, const Segment& seg) {
+  if (!job.fills_cache || job.kind != sys::IoKind::read || seg.direct || seg.done != 0) return;
+  if (const uint64_t n = job.in_file(seg.file_off, seg.len))
+    sys::os().fill_cache(seg.fd, seg.file_off, static_cast<size_t>(n));
+}
+
 ssize_t io_now(const Job& job, const Segment& seg) {
   char* mem = seg.mem + seg.done;
   const uint64_t n = seg.len - seg.done, at = seg.file_off + seg.done;

@@ -58,6 +58,9 @@ class Job {
   uint64_t file_off = 0;
   uint64_t len = 0;
   bool direct = false;        // aligned body through O_DIRECT
+  // A read of bytes not cached that keeps them in the page cache (gpufile.cache_policy): each
+  // page-cache segment fills the cache in large folios before it is read (fill_cache_first).
+  bool fills_cache = false;
   uint64_t file_size = 0;     // size when the IO was admitted (host reads stop O_DIRECT there)
   // Set when the read was routed to the page cache on the file's guess: the caller's thread
   // reads with RWF_NOWAIT first and corrects the guess (workers read as usual).
@@ -179,6 +182,11 @@ enum class SegmentNext {
 // EINTR a bounded number of times, continues short transfers, and moves an O_DIRECT segment
 // to the page cache when the kernel refuses it or its remainder is unaligned.
 SegmentNext apply_result(const Job& job, Segment& seg, int res, Error* err);
+
+// Before the first kernel read of a page-cache segment of a job that fills the cache: brings the
+// segment's bytes in as large folios (sys::Os::fill_cache says why), so that the next process
+// reading them finds them fast. A hint: when it fails, the read brings the bytes in as usual.
+void fill_cache_first(const Job& job, const Segment& seg);
 
 // One synchronous kernel IO for the rest of `seg`: pread, or pwrite (in turn on files in
 // memory: pwrite_in_turn). Bytes moved, or -errno.

@@ -18,7 +18,7 @@ const char* op_name(FaultOp op) {
   static const char* names[] = {"open",       "pread",       "pwrite",    "fstat",
                                 "uring_init", "uring_read",  "uring_write", "cachestat",
                                 "dio_align",  "any_read",    "any_write", "pread_cached",
-                                "map_file"};
+                                "map_file",   "fill_cache"};
   return names[static_cast<int>(op)];
 }
 
@@ -212,6 +212,11 @@ int FaultyOs::cachestat(int fd, uint64_t off, uint64_t len, Residency* out) {
 int FaultyOs::map_file(int fd, uint64_t off, size_t len, void** out) {
   Verdict v = decide(FaultOp::map_file, fd, nullptr, 0, off, len);
   return v.err ? -v.err : Os::map_file(fd, off, len, out);
+}
+
+int FaultyOs::fill_cache(int fd, uint64_t off, size_t len) {
+  Verdict v = decide(FaultOp::fill_cache, fd, nullptr, 0, off, len);
+  return v.err ? -v.err : Os::fill_cache(fd, off, len);
 }
 
 // A failing set-up never creates the ring: there is nothing to tear down.

@@ -44,6 +44,7 @@ enum class FaultOp : int {
   any_write,    // pwrite or uring_write
   pread_cached, // Os::pread_cached alone; `pread` and `any_read` rules cover it too
   map_file,
+  fill_cache,
 };
 
 enum class FaultAction : int {
@@ -97,6 +98,7 @@ class FaultyOs : public Os {
   int dio_align(int fd, DioAlign* out) override;
   int cachestat(int fd, uint64_t off, uint64_t len, Residency* out) override;
   int map_file(int fd, uint64_t off, size_t len, void** out) override;
+  int fill_cache(int fd, uint64_t off, size_t len) override;
   int uring_init(unsigned entries, io_uring* ring, unsigned flags) override;
   int uring_result(IoKind kind, int fd, size_t requested, int res) override;
 

@@ -84,6 +84,26 @@ int Os::map_file(int fd, uint64_t off, size_t len, void** out) {
 
 int Os::unmap(void* addr, size_t len) { return neg_errno_or(::munmap(addr, len)); }
 
+int Os::fill_cache(int fd, uint64_t off, size_t len) {
+#ifdef MADV_POPULATE_READ
+  // From the 2 MiB folio boundary at or before `off`: a fault there reads in that whole folio.
+  constexpr uint64_t kFolioGrid = 2u << 20;
+  if (len == 0) return 0;
+  const uint64_t start = off & ~(kFolioGrid - 1);
+  const size_t span = static_cast<size_t>(off + len - start);
+  void* p = ::mmap(nullptr, span, PROT_READ, MAP_SHARED, fd, static_cast<off_t>(start));
+  if (p == MAP_FAILED) return -errno;
+  // Without THP in the kernel the advice fails and the fill goes on in the usual folios.
+  ::madvise(p, span, MADV_HUGEPAGE);
+  const int r = restart_on_eintr([&] { return ::madvise(p, span, MADV_POPULATE_READ); }) == 0 ? 0 : -errno;
+  ::munmap(p, span);
+  return r;
+#else
+  (void)fd, (void)off, (void)len;
+  return -EOPNOTSUPP;  // headers before Linux 5.14
+#endif
+}
+
 int Os::shm_create(const char* name, size_t size, void** out) {
   // Owner-only: the counters say which files a process reads; a reader runs as the same user.
   const int fd = ::shm_open(name, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);

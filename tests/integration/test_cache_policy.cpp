@@ -9,6 +9,7 @@
 
 #include "common.hpp"
 #include "exec/runtime.hpp"
+#include "sys/faulty_os.hpp"
 #include "sys/os.hpp"
 
 namespace capi_test {
@@ -74,8 +75,10 @@ class CachePolicy : public CapiTest {
   }
 
   // A session under `policy` (nullptr: the default), the file's pages dropped, one read of the
-  // whole file into `mem`, every byte checked; then how much of the file is cached.
-  Cached read_cold(const char* policy, Mem mem, gpufile::Runtime::FileReport* report = nullptr) {
+  // whole file into `mem` through a descriptor opened with `flags`, every byte checked; then
+  // how much of the file is cached.
+  Cached read_cold(const char* policy, Mem mem, gpufile::Runtime::FileReport* report = nullptr,
+                   int flags = O_RDONLY) {
     if (policy) setenv("GPUFILE_CACHE_POLICY", policy, 1);
     else unsetenv("GPUFILE_CACHE_POLICY");
     DriverSession session;
@@ -83,7 +86,7 @@ class CachePolicy : public CapiTest {
     std::string why;
     auto buf = Buffer::make(mem, kFileSize, &why);
     EXPECT_TRUE(buf) << why;
-    Handle h(path_, O_RDONLY);
+    Handle h(path_, flags);
     EXPECT_TRUE(h.ok());
     if (!session.ok() || !buf || !h.ok()) return {};
     drop_pages();
@@ -140,6 +143,26 @@ TEST_F(CachePolicy, AutoKeepsAFileThatFits) {
 TEST_F(CachePolicy, KeepAndBypassIntoHostMemory) {
   EXPECT_EQ(read_cold("keep", Mem::pageable).pages, kFileSize / 4096);
   EXPECT_LE(read_cold("bypass", Mem::pageable).pages * 100, kFileSize / 4096);
+}
+
+// A caller that opened the file O_DIRECT (as GDS programs do) is read through gpufile's own
+// page-cache descriptor, which reads no further than asked (registry.cpp says why): its pages
+// come in as the kernel's smallest folios unless the read fills them in first, and then a next
+// start reads them at half speed (docs/performance.md, "Restarts: the page cache across
+// starts"). Under keep, each piece is filled before it is read.
+TEST_F(CachePolicy, AFileOpenedDirectIsFilledBeforeItIsRead) {
+  CAPI_REQUIRE_DRIVER();
+  gpufile::sys::FaultyOs faults;
+  gpufile::sys::ScopedOs use(faults);
+  const size_t fills = faults.add({.op = gpufile::sys::FaultOp::fill_cache,
+                                   .times = gpufile::sys::FaultRule::persistent, .probability = 0.0});
+  gpufile::Runtime::FileReport report;
+  const Cached c = read_cold("keep", Mem::device, &report, O_RDONLY | O_DIRECT);
+  EXPECT_EQ(report.read.why, gpufile::route::Reason::not_cached_kept)
+      << gpufile::route::describe(report.read.why);
+  EXPECT_EQ(c.pages, c.total) << "a read under keep left pages of the file uncached";
+  // One fill per piece the workers and the caller read: the 16 MiB file is more than one piece.
+  EXPECT_GE(faults.seen(fills), 2u);
 }
 
 // After a read under keep, the next session finds the file cached and reads it from there.
