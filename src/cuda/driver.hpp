@@ -147,6 +147,8 @@ inline constexpr int CU_DEVICE_ATTRIBUTE_MAX_PITCH = 11;
 
 // Entry points newer drivers have and gpufile uses when they are there (null otherwise).
 #define GPUFILE_CUDA_OPTIONAL_FUNCTIONS(X)                                                       \
+  X(DevicePrimaryCtxGetState, "cuDevicePrimaryCtxGetState", CUresult,                           \
+    (CUdevice, unsigned* flags, int* active))                                                     \
   /* CUDA 13's cuMemcpyBatchAsync (12.8's had a failIdx argument more) */                        \
   X(MemcpyBatchAsync, "cuMemcpyBatchAsync_v2", CUresult,                                        \
     (CUdeviceptr * dsts, CUdeviceptr * srcs, size_t * sizes, size_t count,                      \

@@ -230,7 +230,7 @@ MemoryContext::MemoryContext(const void* ptr) {
     return;
   }
   if (mem.device < 0 && d->CtxGetCurrent(&ctx_) == CUDA_SUCCESS && ctx_ != nullptr) return;
-  retain_primary(mem.device < 0 ? 0 : mem.device);
+  retain_primary(mem.device < 0 ? device_to_borrow(*d) : mem.device);
 }
 
 void MemoryContext::retain_primary(int ordinal) {
@@ -247,12 +247,26 @@ MemoryContext::~MemoryContext() {
   if (retained_) driver()->DevicePrimaryCtxRelease(device_);
 }
 
+int device_to_borrow(const Driver& d, int preferred) {
+  if (d.DevicePrimaryCtxGetState != nullptr) {
+    for (int ordinal = 0; ordinal < d.device_count; ++ordinal) {
+      CUdevice dev = 0;
+      unsigned flags = 0;
+      int active = 0;
+      if (d.DeviceGet(&dev, ordinal) == CUDA_SUCCESS &&
+          d.DevicePrimaryCtxGetState(dev, &flags, &active) == CUDA_SUCCESS && active)
+        return ordinal;
+    }
+  }
+  return preferred >= 0 && preferred < d.device_count ? preferred : 0;
+}
+
 ScopedAnyContext::ScopedAnyContext() {
   const Driver* d = driver();
   CUcontext current = nullptr;
   if (d == nullptr || d->CtxGetCurrent(&current) != CUDA_SUCCESS || current != nullptr) return;
   CUcontext primary = nullptr;
-  if (d->DeviceGet(&device_, 0) != CUDA_SUCCESS ||
+  if (d->DeviceGet(&device_, device_to_borrow(*d)) != CUDA_SUCCESS ||
       d->DevicePrimaryCtxRetain(&primary, device_) != CUDA_SUCCESS)
     return;
   borrowed_ = true;

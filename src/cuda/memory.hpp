@@ -98,8 +98,15 @@ class MemoryContext {
   CUdevice device_ = 0;
 };
 
-// Makes some context current for the scope when the thread has none: device 0's primary
-// context, retained for the scope. For releasing what gpufile allocated (pinned registrations
+// The GPU whose primary context a thread with none current borrows (to pin memory, to open the
+// session): the first one the process made active already (its framework's: torch's on its
+// rank's GPU), else `preferred` where it names a GPU, else 0. Retaining another GPU's primary
+// context creates it there: in a tensor-parallel rank on GPU 1, device 0's cost that process's
+// first load 0.14-0.19 s (2 H200) and some hundreds of MiB of GPU 0's memory.
+int device_to_borrow(const Driver& d, int preferred = 0);
+
+// Makes some context current for the scope when the thread has none: the primary context of
+// device_to_borrow's GPU, retained for the scope. For releasing what gpufile allocated (pinned registrations
 // are portable, so any context will do) on a thread that never used CUDA: the driver refuses
 // cuMemHostUnregister there.
 class ScopedAnyContext {

@@ -109,14 +109,15 @@ exec::ExecutorConfig executor_config(const Settings& s, const exec::Budget& budg
   return c;
 }
 
-// Makes a context current for the pinned allocations: device 0's primary context unless the
-// caller already made one current.
+// Makes a context current for the pinned allocations unless the caller already made one
+// current: a primary context the process has active, else its local rank's GPU's (a rank that
+// opens before its framework touched the GPU), else device 0's.
 void ensure_context(const cuda::Driver& d) {
   cuda::CUcontext ctx = nullptr;
   d.CtxGetCurrent(&ctx);
   if (ctx != nullptr) return;
   cuda::CUdevice dev = 0;
-  d.DeviceGet(&dev, 0);
+  d.DeviceGet(&dev, cuda::device_to_borrow(d, exec::local_rank(env_lookup)));
   if (d.DevicePrimaryCtxRetain(&ctx, dev) == cuda::CUDA_SUCCESS) d.CtxSetCurrent(ctx);
 }
 

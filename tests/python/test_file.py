@@ -331,6 +331,48 @@ def test_stats_count_each_gpu_on_its_own(data_file):
     assert devices["1"]["read"] == {"calls_ok": 2, "calls_failed": 0, "bytes": 2 * MiB}
 
 
+# A process of a tensor-parallel rank on GPU 1: its framework made GPU 1's primary context (or,
+# before that, LOCAL_RANK says which GPU is its own). gpufile's session opens on a thread with no
+# context current (Python's threads start without one) and must not create GPU 0's context there:
+# that cost rank 1's first load 0.14-0.19 s on two H200 and takes GPU 0's memory.
+ONE_RANK = r"""
+import ctypes, json, os, gpufile
+cuda = ctypes.CDLL(os.environ["GPUFILE_CUDA_LIBRARY"])
+def device(ordinal):
+    dev = ctypes.c_int()
+    assert cuda.cuDeviceGet(ctypes.byref(dev), ordinal) == 0
+    return dev
+def active(ordinal):
+    flags, on = ctypes.c_uint(), ctypes.c_int()
+    assert cuda.cuDevicePrimaryCtxGetState(device(ordinal), ctypes.byref(flags), ctypes.byref(on)) == 0
+    return bool(on.value)
+assert cuda.cuInit(0) == 0
+if FRAMEWORK:
+    ctx = ctypes.c_void_p()
+    assert cuda.cuDevicePrimaryCtxRetain(ctypes.byref(ctx), device(1)) == 0
+before = [active(0), active(1)]
+with gpufile.open(PATH) as f:
+    into = gpufile.DeviceBuffer(1 << 20, device=1) if FRAMEWORK else bytearray(1 << 20)
+    assert f.read(into) == 1 << 20
+print(json.dumps({"before": before, "after": [active(0), active(1)]}))
+"""
+
+
+@pytest.mark.skipif("fakecuda" not in os.environ.get("GPUFILE_CUDA_LIBRARY", ""),
+                    reason="two GPUs of the CUDA test double, and its context states")
+@pytest.mark.parametrize("framework", [True, False], ids=["framework-context", "local-rank"])
+def test_a_rank_on_gpu_1_leaves_gpu_0_alone(data_file, framework):
+    path, _ = data_file(MiB)
+    env = dict(os.environ, FAKECUDA_DEVICES="2", LOCAL_RANK="1", LOCAL_WORLD_SIZE="2")
+    script = ONE_RANK.replace("PATH", repr(str(path))).replace("FRAMEWORK", repr(framework))
+    out = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True,
+                         timeout=120)
+    assert out.returncode == 0, out.stderr
+    states = json.loads(out.stdout)
+    assert states["before"] == [False, framework], states
+    assert states["after"] == [False, True], f"GPU 0's primary context was made: {states}"
+
+
 def test_latency_percentiles_from_added_histograms():
     # What gpufile.stats() does when the HDF5 plugin's runtime is added in: buckets add up,
     # percentiles are derived again from the sum.
