@@ -106,9 +106,9 @@ class MemoryContext {
 int device_to_borrow(const Driver& d, int preferred = 0);
 
 // Makes some context current for the scope when the thread has none: the primary context of
-// device_to_borrow's GPU, retained for the scope. For releasing what gpufile allocated (pinned registrations
-// are portable, so any context will do) on a thread that never used CUDA: the driver refuses
-// cuMemHostUnregister there.
+// device_to_borrow's GPU, retained for the scope. For releasing what gpufile allocated (pinned
+// registrations are portable, so any context will do) on a thread that never used CUDA: the
+// driver refuses cuMemHostUnregister there.
 class ScopedAnyContext {
  public:
   ScopedAnyContext();
