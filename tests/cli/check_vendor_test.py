@@ -53,7 +53,7 @@ def main():
         expect(out, "compatibility mode only", "large reads staged direct",
                "not NVIDIA's: NVIDIA's driver reports no GPUDirect Storage",
                # no GDS: a 4 MiB file fits in any machine's page cache, and is kept there
-               "cache miss  read through the page cache, left cached for the next reader",
+               "cache miss  brought into the page cache in folios of up to 2 MiB, read from there, left cached for the next reader",
                "why: the file takes at most half of the memory the page cache can hold",
                "the page cache can hold ")
 
