@@ -12,8 +12,8 @@
 #     fastsafetensors==0.5.0 instanttensor==0.2.2
 # About 3 minutes warm (6 loaders x 2 rounds of a torchrun start), the cold half about 6 more
 # (each start reads the checkpoint from the disk): run them in separate calls where needed.
-# Results: $OUT/tp-peers-warm.md, $OUT/tp-peers-cold.md (and .json), OUT defaulting to
-# /tmp/gpufile-out.
+# Results: $OUT/tp-peers-warm/ and $OUT/tp-peers-cold/, each with tp-peers.md and
+# tp-peers.json, OUT defaulting to /tmp/gpufile-out.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-/tmp/gpufile-out}

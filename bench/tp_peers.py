@@ -113,16 +113,23 @@ LOAD = {"gpufile": load_gpufile, "fastsafetensors": load_fastsafetensors,
 
 
 def digest(tensors) -> int:
-    """A sum of every tensor's bytes read as 64-bit integers (mod 2**61), in name order: equal
-    bytes give equal digests whatever the loader."""
+    """A digest of every tensor's bytes, in name order: each 64-bit word weighted by its place
+    (so bytes moved within a tensor, a misplaced part, change it), summed mod 2**61. Equal bytes
+    give equal digests whatever the loader; computed on the tensors' device, in blocks."""
     import torch
-    total = 0
+    total, block = 0, 1 << 24  # words a block
     for name in sorted(tensors):
         b = tensors[name].contiguous().view(torch.uint8).flatten()
         pad = (-b.numel()) % 8
         if pad:
             b = torch.cat([b, torch.zeros(pad, dtype=torch.uint8, device=b.device)])
-        total = (total * 31 + int(b.view(torch.int64).sum().item())) % (1 << 61)
+        words = b.view(torch.int64)
+        h = 0
+        for start in range(0, words.numel(), block):
+            w = words[start:start + block]
+            place = torch.arange(start, start + w.numel(), device=w.device, dtype=torch.int64) % 65521 + 1
+            h = (h + int((w * place).sum().item())) % (1 << 61)  # int64 products wrap alike everywhere
+        total = (total * 1000003 + h) % (1 << 61)
     return total
 
 

@@ -247,7 +247,13 @@ MemoryContext::~MemoryContext() {
   if (retained_) driver()->DevicePrimaryCtxRelease(device_);
 }
 
-int device_to_borrow(const Driver& d, int preferred) {
+namespace {
+std::atomic<int> preferred_device{-1};
+}  // namespace
+
+void prefer_device(int ordinal) { preferred_device.store(ordinal, std::memory_order_relaxed); }
+
+int device_to_borrow(const Driver& d) {
   if (d.DevicePrimaryCtxGetState != nullptr) {
     for (int ordinal = 0; ordinal < d.device_count; ++ordinal) {
       CUdevice dev = 0;
@@ -258,6 +264,7 @@ int device_to_borrow(const Driver& d, int preferred) {
         return ordinal;
     }
   }
+  const int preferred = preferred_device.load(std::memory_order_relaxed);
   return preferred >= 0 && preferred < d.device_count ? preferred : 0;
 }
 

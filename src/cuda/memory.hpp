@@ -76,10 +76,9 @@ class ScopedContext {
 
 // The context in which to use the memory at `ptr`: its owning context; else (memory mapped
 // without one, cuMemMap) its device's primary context; else (host memory) the thread's current
-// context; else device 0's primary context, the one the CUDA runtime binds a new thread to.
-// Primary contexts are retained for the object's life, so it may outlive a call (an event made
-// in the context); the memory keeps its owning context alive. Null without a driver, or where
-// even device 0 has none. For calls on a caller's thread, which need not have a context current
+// context; else the primary context of device_to_borrow's GPU (declared below). Primary contexts
+// are retained for the object's life, so it may outlive a call (an event made in the context);
+// the memory keeps its owning context alive. Null without a driver, or where that GPU has none. For calls on a caller's thread, which need not have a context current
 // (Python starts threads without one): make it current with a ScopedContext.
 class MemoryContext {
  public:
@@ -100,10 +99,13 @@ class MemoryContext {
 
 // The GPU whose primary context a thread with none current borrows (to pin memory, to open the
 // session): the first one the process made active already (its framework's: torch's on its
-// rank's GPU), else `preferred` where it names a GPU, else 0. Retaining another GPU's primary
-// context creates it there: in a tensor-parallel rank on GPU 1, device 0's cost that process's
-// first load 0.14-0.19 s (2 H200) and some hundreds of MiB of GPU 0's memory.
-int device_to_borrow(const Driver& d, int preferred = 0);
+// rank's GPU), else the one prefer_device named where it names a GPU, else 0. Retaining another
+// GPU's primary context creates it there: in a tensor-parallel rank on GPU 1, device 0's cost
+// that process's first load 0.14-0.19 s (2 H200) and some hundreds of MiB of GPU 0's memory.
+int device_to_borrow(const Driver& d);
+// The GPU this process serves where it knows (the session sets its local rank: LOCAL_RANK & co),
+// for device_to_borrow; -1: none known.
+void prefer_device(int ordinal);
 
 // Makes some context current for the scope when the thread has none: the primary context of
 // device_to_borrow's GPU, retained for the scope. For releasing what gpufile allocated (pinned

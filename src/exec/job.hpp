@@ -58,8 +58,9 @@ class Job {
   uint64_t file_off = 0;
   uint64_t len = 0;
   bool direct = false;        // aligned body through O_DIRECT
-  // A read of bytes not cached that keeps them in the page cache (gpufile.cache_policy): each
-  // page-cache segment fills the cache in large folios before it is read (fill_cache_first).
+  // A read of bytes not cached that keeps them in the page cache (gpufile.cache_policy), through
+  // a read-only handle: each page-cache segment of 2 MiB or more fills the cache in large
+  // folios before it is read (fill_cache_first).
   bool fills_cache = false;
   uint64_t file_size = 0;     // size when the IO was admitted (host reads stop O_DIRECT there)
   // Set when the read was routed to the page cache on the file's guess: the caller's thread

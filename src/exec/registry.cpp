@@ -66,6 +66,7 @@ Error fill_file_ref(Session& s, FileHandle& h, DirectIoPolicy policy) {
     r.fd_buffered = h.own_buffered = fd;
     // No readahead on our page-cache fd: pages read ahead asynchronously can land in the cache
     // after an O_DIRECT write of the same range has invalidated it, leaving stale data there.
+    // (A read-only handle cannot write: its kept reads fill ahead, exec::fill_cache_first.)
     posix_fadvise(fd, 0, 0, POSIX_FADV_RANDOM);
     if (policy != DirectIoPolicy::never) r.fd_direct = h.user_fd;
   } else if (policy != DirectIoPolicy::never) {

@@ -407,7 +407,10 @@ route::StorageChoice Runtime::route_storage(Io& io) {
   ask_residency(f, job.file_off, job.len, facts);
   const route::StorageChoice c = route::choose_storage(facts);
   job.direct = c.direct;
-  job.fills_cache = c.why == route::Reason::not_cached_kept;
+  // The fill reads a little around what is asked, as readahead does; gpufile's own page-cache
+  // descriptor has readahead off so that no read of it races the handle's O_DIRECT writes
+  // (registry.cpp), so only handles that cannot write fill.
+  job.fills_cache = c.why == route::Reason::not_cached_kept && f.access == O_RDONLY;
   job.guess = c.guessed ? &f.guess : nullptr;
   job.windows = route::copies_from_cache(facts, c, job.staged()) ? f.windows.get() : nullptr;
   job.makes_windows = job.len <= kShortForWindows * io.session_->exec->config().slab_bytes;

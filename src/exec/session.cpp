@@ -111,13 +111,14 @@ exec::ExecutorConfig executor_config(const Settings& s, const exec::Budget& budg
 
 // Makes a context current for the pinned allocations unless the caller already made one
 // current: a primary context the process has active, else its local rank's GPU's (a rank that
-// opens before its framework touched the GPU), else device 0's.
+// opens before its framework touched the GPU), else device 0's (cuda::device_to_borrow).
 void ensure_context(const cuda::Driver& d) {
+  cuda::prefer_device(exec::local_rank(env_lookup));
   cuda::CUcontext ctx = nullptr;
   d.CtxGetCurrent(&ctx);
   if (ctx != nullptr) return;
   cuda::CUdevice dev = 0;
-  d.DeviceGet(&dev, cuda::device_to_borrow(d, exec::local_rank(env_lookup)));
+  d.DeviceGet(&dev, cuda::device_to_borrow(d));
   if (d.DevicePrimaryCtxRetain(&ctx, dev) == cuda::CUDA_SUCCESS) d.CtxSetCurrent(ctx);
 }
 

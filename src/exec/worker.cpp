@@ -246,6 +246,9 @@ void Worker::issue(unsigned i, unsigned p, int k) {
   op.tag = (i * kMaxPack + p) * kSegsPerPiece + static_cast<unsigned>(k);
   if (std::mutex* turn = piece.chunk.job->file.write_lock.get(); turn && op.kind == sys::IoKind::write)
     return write_in_turn(op, *turn);
+  // Blocks this worker until the piece's bytes are cached: its other slots' copies wait
+  // meanwhile. Only reads of uncached bytes under a keeping cache policy fill, and those wait
+  // for the disk either way (a cold start ran 3-5% slower than before the fill, H200).
   fill_cache_first(*piece.chunk.job, seg);
   const bool in_slab = seg.mem >= slabs_ && seg.mem < slabs_ + slabs_bytes_;
   op.buf_index = registered_ && in_slab ? 0 : -1;

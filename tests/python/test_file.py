@@ -354,7 +354,8 @@ before = [active(0), active(1)]
 with gpufile.open(PATH) as f:
     into = gpufile.DeviceBuffer(1 << 20, device=1) if FRAMEWORK else bytearray(1 << 20)
     assert f.read(into) == 1 << 20
-print(json.dumps({"before": before, "after": [active(0), active(1)]}))
+print(json.dumps({"before": before, "after": [active(0), active(1)],
+                  "gpu0_retains": cuda.fakecuda_primary_ctx_retains(0)}))
 """
 
 
@@ -371,6 +372,8 @@ def test_a_rank_on_gpu_1_leaves_gpu_0_alone(data_file, framework):
     states = json.loads(out.stdout)
     assert states["before"] == [False, framework], states
     assert states["after"] == [False, True], f"GPU 0's primary context was made: {states}"
+    # Not even for a moment: a context borrowed and given back still cost its creation.
+    assert states["gpu0_retains"] == 0, states
 
 
 def test_latency_percentiles_from_added_histograms():

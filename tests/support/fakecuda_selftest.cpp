@@ -88,7 +88,7 @@ namespace {
   X(fakecuda_live_managed_bytes) X(fakecuda_live_streams) X(fakecuda_live_events)             \
   X(fakecuda_primary_ctx_refcount) X(fakecuda_fail_call) X(fakecuda_fail_call_from)           \
   X(fakecuda_reset_faults) X(fakecuda_call_count) X(fakecuda_set_async_delay_us)             \
-  X(fakecuda_sticky_error)
+  X(fakecuda_sticky_error) X(fakecuda_primary_ctx_retains)
 
 struct Extras {
 #define FAKE_MEMBER(sym) decltype(&::sym) sym = nullptr;
@@ -322,6 +322,7 @@ TEST_F(Driver, ErrorNamesAndStrings) {
 }
 
 TEST_F(Driver, PrimaryContextIsRefcountedAndCurrentPerThread) {
+  const int retains_before = fake() ? F.fakecuda_primary_ctx_retains(0) : 0;
   gc::CUcontext again = nullptr;
   ASSERT_EQ(D.DevicePrimaryCtxRetain(&again, 0), 0);
   EXPECT_EQ(again, ctx);
@@ -331,6 +332,7 @@ TEST_F(Driver, PrimaryContextIsRefcountedAndCurrentPerThread) {
   ASSERT_EQ(D.DevicePrimaryCtxRelease(0), 0);
   if (fake()) {
     EXPECT_EQ(F.fakecuda_primary_ctx_refcount(0), 1);
+    EXPECT_EQ(F.fakecuda_primary_ctx_retains(0), retains_before + 1) << "a release undid the count";
   }
 
   gc::CUcontext cur = nullptr;

@@ -113,6 +113,7 @@ struct Queue;
 struct CUctx_st {
   int device = 0;
   int refcount = 0;  // primary-context retains; 0 = not active (guarded by Global::mu)
+  int retains = 0;   // every primary-context retain ever made, released or not (Global::mu)
   std::shared_ptr<Queue> null_queue;             // the legacy default stream (Global::order_mu)
   std::vector<std::shared_ptr<Queue>> queues;    // every queue with work possibly pending (order_mu)
 };
@@ -1003,6 +1004,7 @@ CUresult cuDevicePrimaryCtxRetain(CUcontext* pctx, CUdevice dev) {
   std::lock_guard lk(g.mu);
   CUctx_st* c = g.ctxs[static_cast<size_t>(dev)];
   ++c->refcount;
+  ++c->retains;
   *pctx = c;
   return CUDA_SUCCESS;
 }
@@ -1738,6 +1740,14 @@ int fakecuda_primary_ctx_refcount(int device) {
   if (!valid_device(device)) return -1;
   std::lock_guard lk(g.mu);
   return g.ctxs[static_cast<size_t>(device)]->refcount;
+}
+
+int fakecuda_primary_ctx_retains(int device) {
+  ensure_env();
+  Global& g = G();
+  if (!valid_device(device)) return -1;
+  std::lock_guard lk(g.mu);
+  return g.ctxs[static_cast<size_t>(device)]->retains;
 }
 
 int fakecuda_fail_call(const char* name, int nth, int result) {

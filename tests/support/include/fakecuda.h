@@ -34,6 +34,9 @@ int fakecuda_live_streams(void);             /* created and not destroyed */
 int fakecuda_live_events(void);              /* created and not destroyed */
 /* Reference count of a device's primary context (-1 for a bad ordinal). */
 int fakecuda_primary_ctx_refcount(int device);
+/* Every retain of a device's primary context since the process started, released or not (a
+ * borrowed context given back still cost its creation); -1 for a bad ordinal. */
+int fakecuda_primary_ctx_retains(int device);
 
 /* Makes the nth call (1 = the next one) of `name` from now return `result`; nth == 0 makes
  * every call from now on fail. Returns 0, or -1 when the name is not a driver function of
