@@ -81,7 +81,8 @@ int check(int argc, char** argv) {
   else
     std::printf("page cache  unknown (kernel without cachestat)\n");
   std::printf("cache miss  %s\n            why: %s\n",
-              r.cache.keep ? "brought into the page cache in folios of up to 2 MiB, read from there, left cached for the next reader"
+              r.cache.keep ? "brought into the page cache in folios of up to 2 MiB, read from there, "
+                             "left cached for the next reader"
                            : "read with O_DIRECT, past the page cache",
               route::describe(r.cache.why));
   if (r.cache_room)
