@@ -10,8 +10,13 @@
 #   python3 -m pip download --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
 #     --platform manylinux_2_28_x86_64 --platform manylinux_2_27_x86_64 -d .whl \
 #     fastsafetensors==0.5.0 instanttensor==0.2.2
-# About 3 minutes warm (6 loaders x 2 rounds of a torchrun start), the cold half about 6 more
-# (each start reads the checkpoint from the disk): run them in separate calls where needed.
+# About 4-5 minutes warm (6 loaders x 2 rounds of a torchrun start, about 20 s each), the cold
+# half about 8 more (each start reads the checkpoint from the disk): run them in separate calls.
+# Without a GPU the same harness runs on host memory over gloo (InstantTensor's rows then fail:
+# it needs CUDA), e.g. with a small checkpoint:
+#   torchrun --nproc-per-node 2 examples/tp_load.py /tmp/small --make-gb 0.05 --backend gloo \
+#     --hidden 512 --intermediate 1792 --vocab 4000
+#   python3 bench/tp_peers.py /tmp/small --backend gloo --nproc 2
 # Results: $OUT/tp-peers-warm/ and $OUT/tp-peers-cold/, each with tp-peers.md and
 # tp-peers.json, OUT defaulting to /tmp/gpufile-out.
 set -uo pipefail
