@@ -187,10 +187,10 @@ SegmentNext apply_result(const Job& job, Segment& seg, int res, Error* err) {
 }
 
 void fill_cache_first(const Job& job, const Segment& seg) {
-  // A fill reads whole 2 MiB folios (and the next one ahead): for a shorter segment (a small
+  // A fill reads whole folios (and the next one ahead): for a segment shorter than one (a small
   // read, a head or tail) it would read far more than asked; those come in as before.
-  constexpr uint64_t kFillFrom = 2u << 20;
-  if (!job.fills_cache || job.kind != sys::IoKind::read || seg.direct || seg.len < kFillFrom) return;
+  if (!job.fills_cache || job.kind != sys::IoKind::read || seg.direct || seg.len < sys::Os::kFillFolio)
+    return;
   if (seg.done != 0 || seg.retries != 0) return;  // once per segment, not again on a retry
   if (const uint64_t n = job.in_file(seg.file_off, seg.len))
     sys::os().fill_cache(seg.fd, seg.file_off, static_cast<size_t>(n));

@@ -86,10 +86,9 @@ int Os::unmap(void* addr, size_t len) { return neg_errno_or(::munmap(addr, len))
 
 int Os::fill_cache(int fd, uint64_t off, size_t len) {
 #ifdef MADV_POPULATE_READ
-  // From the 2 MiB folio boundary at or before `off`: a fault there reads in that whole folio.
-  constexpr uint64_t kFolioGrid = 2u << 20;
+  // From the folio boundary at or before `off`: a fault there reads in that whole folio.
   if (len == 0) return 0;
-  const uint64_t start = off & ~(kFolioGrid - 1);
+  const uint64_t start = off & ~(kFillFolio - 1);
   const size_t span = static_cast<size_t>(off + len - start);
   void* p = ::mmap(nullptr, span, PROT_READ, MAP_SHARED, fd, static_cast<off_t>(start));
   if (p == MAP_FAILED) return -errno;

@@ -60,6 +60,8 @@ class Os {
   // start's read to 22 GiB/s against 47 for 2 MiB folios (H200, docs/performance.md, "Restarts:
   // the page cache across starts"); a buffered read fills in 4 KiB folios where readahead is off.
   virtual int fill_cache(int fd, uint64_t off, size_t len);
+  // The largest folio fill_cache reads in (a PMD): it maps from this boundary at or before `off`.
+  static constexpr uint64_t kFillFolio = 2u << 20;
   // Change notices (inotify): a queue that never blocks; a watch on the file open as `fd` for
   // changes of its bytes (writes, truncation, hole punching), returning the watch's id; and
   // the ids of the files changed since the last call, at most `max` of them (-1 stands for

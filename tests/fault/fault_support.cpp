@@ -211,6 +211,23 @@ void FaultTest::reregister() {
   ASSERT_EQ(cuFileHandleRegister(&fh, &d).err, CU_FILE_SUCCESS);
 }
 
+size_t FaultTest::count(gpufile::sys::FaultOp op) {
+  return faults.add({.op = op, .times = gpufile::sys::FaultRule::persistent, .probability = 0.0});
+}
+
+std::optional<gpufile::sys::Residency> FaultTest::residency(uint64_t off, uint64_t len) {
+  gpufile::sys::Residency r;
+  if (gpufile::sys::Os().cachestat(fd, off, len, &r) != 0) return std::nullopt;
+  return r;
+}
+
+bool FaultTest::evict(uint64_t off, uint64_t len) {
+  ::fdatasync(fd);
+  ::posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
+  const auto r = residency(off, len);
+  return r && r->cached_pages == 0;
+}
+
 bool FaultTest::direct_capable() {
   gpufile::Runtime::FileReport rep;
   return !gpufile::Runtime::instance().explain_file(fh, &rep) && rep.direct_capable;

@@ -98,6 +98,14 @@ class FaultTest : public ::testing::Test {
   void reregister();
   // Whether the registered file takes O_DIRECT.
   bool direct_capable();
+  // A rule that counts the calls of `op` without faulting any (faults.seen(id) reads it).
+  size_t count(gpufile::sys::FaultOp op);
+  // Pages of [off, off+len) of the file in the page cache (cachestat), and its pages in all;
+  // nullopt where the kernel cannot say.
+  std::optional<gpufile::sys::Residency> residency(uint64_t off, uint64_t len);
+  // Writes the file back and drops its pages (POSIX_FADV_DONTNEED: clean pages go without root);
+  // false when the kernel kept some of [off, off+len), or cannot say.
+  bool evict(uint64_t off, uint64_t len);
 
   gpufile::sys::FaultyOs faults{seed()};
   std::optional<gpufile::sys::ScopedOs> installed;

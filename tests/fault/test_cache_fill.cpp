@@ -54,7 +54,7 @@ class CacheFill : public FaultTest, public ::testing::WithParamInterface<const c
     ro = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
     ASSERT_GE(ro, 0);
     ASSERT_NO_FATAL_FAILURE(register_fd(ro));
-    if (!evict()) GTEST_SKIP() << "the kernel kept the file's pages after DONTNEED";
+    if (!evict(0, file_size)) GTEST_SKIP() << "the kernel kept the file's pages after DONTNEED";
   }
   void TearDown() override {
     FaultTest::TearDown();
@@ -78,27 +78,17 @@ class CacheFill : public FaultTest, public ::testing::WithParamInterface<const c
     set_policy(policy);
     ASSERT_EQ(cuFileDriverOpen().err, CU_FILE_SUCCESS);
     ASSERT_NO_FATAL_FAILURE(register_fd(ro));
-    ASSERT_TRUE(evict());
-  }
-  size_t count(FaultOp op) {
-    return faults.add({.op = op, .times = FaultRule::persistent, .probability = 0.0});
+    ASSERT_TRUE(evict(0, file_size));
   }
   // Puts every call of `op` in the journal, in order, changing nothing.
   void journal(FaultOp op) {
     faults.add({.op = op, .times = FaultRule::persistent, .action = FaultAction::delay, .delay_us = 0});
   }
   uint64_t cached_pages(uint64_t off, uint64_t len) {
-    gpufile::sys::Residency r;
-    return gpufile::sys::Os().cachestat(fd, off, len, &r) == 0 ? r.cached_pages : 0;
+    const auto r = residency(off, len);
+    return r ? r->cached_pages : 0;
   }
   uint64_t pages(uint64_t len) const { return (len + 4095) / 4096; }
-  // Drops the file's pages; false when the kernel kept some.
-  bool evict() {
-    ::fdatasync(fd);
-    ::posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
-    gpufile::sys::Residency r;
-    return gpufile::sys::Os().cachestat(fd, 0, file_size, &r) == 0 && r.cached_pages == 0;
-  }
 
   int ro = -1;
 };
@@ -177,7 +167,7 @@ TEST_P(CacheFill, ASmallKeptReadNeverFills) {
 // writes (registry.cpp).
 TEST_P(CacheFill, AHandleThatCanWriteNeverFills) {
   ASSERT_NO_FATAL_FAILURE(register_fd(fd));  // the fixture's O_RDWR descriptor
-  ASSERT_TRUE(evict());
+  ASSERT_TRUE(evict(0, file_size));
   const size_t fills = count(FaultOp::fill_cache);
   GuardedBuffer b(file_size, 0);
   expect_read_exact(b, 0, file_size);

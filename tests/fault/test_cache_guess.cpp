@@ -30,19 +30,9 @@ class CacheGuess : public FaultTest {
     if (!direct_capable()) GTEST_SKIP() << "the file refuses O_DIRECT: there is no choice to guess";
     if (!cached(0, file_size)) GTEST_SKIP() << "the scratch file is not all in the page cache";
   }
-  size_t count(FaultOp op) {
-    return faults.add({.op = op, .times = FaultRule::persistent, .probability = 0.0});
-  }
   bool cached(uint64_t off, uint64_t len) {
-    gpufile::sys::Residency r;
-    return gpufile::sys::Os().cachestat(fd, off, len, &r) == 0 && r.cached_pages == r.total_pages;
-  }
-  // Drops the file's pages; false when the kernel kept some of [off, off+len).
-  bool evict(uint64_t off, uint64_t len) {
-    ::fdatasync(fd);
-    ::posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
-    gpufile::sys::Residency r;
-    return gpufile::sys::Os().cachestat(fd, off, len, &r) == 0 && r.cached_pages == 0;
+    const auto r = residency(off, len);
+    return r && r->cached_pages == r->total_pages;
   }
   // Offsets spread over the file.
   uint64_t spread(int i) const { return (i * 7919ull * kSmall) % (file_size - 4 * kSmall); }

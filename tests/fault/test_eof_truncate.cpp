@@ -66,10 +66,8 @@ class Eof : public FaultIo {
   // every kernel read and write (of either engine) without faulting them. (A read at or past
   // EOF does ask the kernel: the file may have grown since gpufile last saw its size.)
   void zero_size_calls_no_kernel() {
-    const size_t reads = faults.add({.op = FaultOp::any_read, .times = FaultRule::persistent,
-                                     .probability = 0.0});
-    const size_t writes = faults.add({.op = FaultOp::any_write, .times = FaultRule::persistent,
-                                      .probability = 0.0});
+    const size_t reads = count(FaultOp::any_read);
+    const size_t writes = count(FaultOp::any_write);
     GuardedBuffer b(16, 0);
     for (uint64_t start : {uint64_t{0}, off(), file_size, file_size + 12345}) {
       EXPECT_EQ(read(b, start, 0), 0) << "at " << start << ", errno " << errno;
