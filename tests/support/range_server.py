@@ -209,6 +209,11 @@ class _FullHandler(_UploadHandler, _Handler):
 
 class RangeServer(http.server.ThreadingHTTPServer):
     daemon_threads = True
+    # socketserver listens with a backlog of 5; the tests open up to 24 connections at once
+    # (3 futures x remote_concurrency 8), and on a busy machine the accept loop falls behind:
+    # the kernel then drops the handshakes past the backlog, and the client's SYN retried after
+    # 1 s and 3 s overruns the tests' 2 s timeout. Servers in the field listen far deeper.
+    request_queue_size = 128
 
     def __init__(self, tls_dir=None):
         """With `tls_dir`, HTTPS with a self-signed certificate for 127.0.0.1 made there
