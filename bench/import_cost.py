@@ -50,8 +50,9 @@ def _bytecode_note(python):
     `pip install --no-compile` into a folder the process cannot write compiles every module at
     every import (tens of milliseconds for gpufile.safetensors), which is no import cost of
     gpufile's own."""
-    code = ("import importlib.util, os, gpufile\n"
-            "for m in ('gpufile', 'gpufile.safetensors'):\n"
+    code = ("import importlib.util, os, pkgutil, gpufile, gpufile.safetensors as st\n"
+            "inside = ['gpufile.safetensors.' + m.name for m in pkgutil.iter_modules(getattr(st, '__path__', []))]\n"
+            "for m in ['gpufile', 'gpufile.safetensors'] + inside:\n"
             "    spec = importlib.util.find_spec(m)\n"
             "    print(m, os.path.exists(importlib.util.cache_from_source(spec.origin)))")
     out = subprocess.run([python, "-c", code], check=True, capture_output=True, text=True).stdout

@@ -51,13 +51,21 @@ _REMOTE_SCHEMES = ("http://", "https://", "s3://")
 _LAZY = {"DeviceArray": "._arrays"}
 
 
-def __getattr__(name: str):
-    if name in _LAZY:
+def _import_lazy(namespace: dict, lazy: dict, name: str):
+    """A package's __getattr__ (PEP 562) for names imported on first lookup: `lazy` maps each
+    to its module, relative to the package whose globals() are `namespace`. Shared with
+    gpufile.safetensors."""
+    package = namespace["__name__"]
+    if name in lazy:
         import importlib
-        value = getattr(importlib.import_module(_LAZY[name], __name__), name)
-        globals()[name] = value  # the next lookup finds it without coming here
+        value = getattr(importlib.import_module(lazy[name], package), name)
+        namespace[name] = value  # the next lookup finds it without coming here
         return value
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    raise AttributeError(f"module {package!r} has no attribute {name!r}")
+
+
+def __getattr__(name: str):
+    return _import_lazy(globals(), _LAZY, name)
 
 
 def __dir__():

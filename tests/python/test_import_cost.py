@@ -16,12 +16,13 @@ NEVER = ["gpufile.hdf5", "gpufile._hdf5_read", "gpufile.zarr", "gpufile._s3", "g
 
 # What the statements may add beyond NEVER's absence: `import gpufile` is the extension module
 # alone; the loader adds the header parsing (json, struct), the thread that opens the session and
-# the dtype table, but not the scatter of split tensors nor DeviceArray (framework="dlpack").
+# the dtype table, but not the scatter of split tensors, DeviceArray (framework="dlpack"), the
+# other loaders, the writer, safe_open nor the split rules.
 CASES = {
     "import gpufile": NEVER + ["json", "threading", "typing", "gpufile.safetensors", "gpufile._dtypes",
                                "gpufile._arrays", "gpufile._scatter", "gpufile._boxes"],
-    "from gpufile.safetensors import load_file": NEVER + ["gpufile._arrays", "gpufile._scatter",
-                                                          "gpufile._boxes"],
+    "from gpufile.safetensors import load_file": NEVER + ["gpufile._arrays", "gpufile._scatter", "gpufile._boxes"] + [
+        "gpufile.safetensors." + m for m in ("_load_sharded", "_load_into", "_save", "_safe_open", "_split", "_plan")],
 }
 
 # The child prints the package's file, then one module a line (no json: it is on the lists).
@@ -60,3 +61,17 @@ def test_lazy_names_still_there():
         assert getattr(gpufile, name) is not None
     with pytest.raises(AttributeError):
         gpufile.no_such_name  # noqa: B018 - the lookup is the test
+
+
+def test_lazy_safetensors_names_still_there():
+    # The names only some calls need are imported on first use, and listed by dir() as before.
+    import gpufile.safetensors as gst
+    lazy = ["load_sharded", "load_into", "LoadResult", "save_file", "safe_open", "shard_slice", "SplitRule"]
+    assert set(lazy) <= set(dir(gst))
+    new = imported_by(f"from gpufile.safetensors import {', '.join(lazy)}")
+    assert {"gpufile.safetensors._save", "gpufile.safetensors._safe_open", "gpufile.safetensors._load_into"} <= new
+    for name in gst.__all__:
+        assert getattr(gst, name) is not None
+    assert gst.save_file.__module__ == "gpufile.safetensors._save"
+    with pytest.raises(AttributeError):
+        gst.no_such_name  # noqa: B018 - the lookup is the test

@@ -13,6 +13,7 @@ from safetensors.numpy import save_file as st_save
 
 import gpufile
 from gpufile import safetensors as gst
+from gpufile.safetensors import _loaders, _reading
 from conftest import needs_gpu_driver
 
 try:
@@ -111,7 +112,7 @@ def _watch_reads(monkeypatch, allocations):
             started.append((w, len(allocations)))
             reads.add(w, nbytes, what)
 
-    monkeypatch.setattr(gst, "_start_read", start)
+    monkeypatch.setattr(_reading, "_start_read", start)
     return started
 
 
@@ -121,8 +122,8 @@ def test_reads_start_while_later_tensors_are_still_being_allocated(tmp_path, rng
     want = sample(rng)
     st_save(want, str(tmp_path / "m.safetensors"))
     allocations = []
-    allocate = gst._allocate
-    monkeypatch.setattr(gst, "_allocate", lambda *a: allocations.append(a) or allocate(*a))
+    allocate = _loaders._allocate
+    monkeypatch.setattr(_loaders, "_allocate", lambda *a: allocations.append(a) or allocate(*a))
     started = _watch_reads(monkeypatch, allocations)
     assert_same(gst.load_file(tmp_path / "m.safetensors", framework="numpy"), want)
     assert len(allocations) == len(want)
@@ -136,7 +137,7 @@ def test_a_failed_allocation_waits_for_the_reads_already_started(tmp_path, rng, 
     # after every read it started has ended (none writes into memory the caller got back).
     st_save(sample(rng), str(tmp_path / "m.safetensors"))
     allocations = []
-    allocate = gst._allocate
+    allocate = _loaders._allocate
 
     def fail_fifth(*a):
         allocations.append(a)
@@ -144,7 +145,7 @@ def test_a_failed_allocation_waits_for_the_reads_already_started(tmp_path, rng, 
             raise MemoryError("no room for the fifth tensor")
         return allocate(*a)
 
-    monkeypatch.setattr(gst, "_allocate", fail_fifth)
+    monkeypatch.setattr(_loaders, "_allocate", fail_fifth)
     started = _watch_reads(monkeypatch, allocations)
     with pytest.raises(MemoryError, match="fifth"):
         gst.load_file(tmp_path / "m.safetensors", framework="numpy")

@@ -12,6 +12,7 @@ from safetensors.numpy import save_file as st_save
 
 import gpufile
 from gpufile import safetensors as gst
+from gpufile.safetensors import _checkpoint
 from conftest import needs_gpu_driver
 from test_safetensors import TP_SPLIT, needs_torch, sample, torch, tp_sample, write_sharded
 
@@ -112,7 +113,7 @@ def test_file_truncated_while_loading(tmp_path, rng, monkeypatch):
         with open(p, "r+b") as f:
             f.truncate(h.data_start + h.tensors["b"].begin + 100)
         return h
-    monkeypatch.setattr(gst, "read_header", read_then_truncate)
+    monkeypatch.setattr(_checkpoint, "read_header", read_then_truncate)  # where the loaders look it up
     dests = empty_like_all(t)
     with pytest.raises(gst.SafetensorError, match=r"m.safetensors: b: the file ended after 100 of 16384 bytes"):
         gst.load_into(dests, path)

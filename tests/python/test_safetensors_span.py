@@ -13,6 +13,7 @@ from safetensors.numpy import save_file as st_save
 import gpufile
 from gpufile import _scatter
 from gpufile import safetensors as gst
+from gpufile.safetensors import _checkpoint, _reading
 from conftest import needs_driver_double, needs_gpu_driver
 from test_safetensors import needs_cuda_torch, torch
 from test_safetensors_into import CudaArray
@@ -113,9 +114,9 @@ class CountingFile(gpufile.File):
 
 
 def read_calls(fn):
-    """How many reads fn() asks of the files gpufile.safetensors opens."""
+    """How many reads fn() asks of the files gpufile.safetensors' loaders open (in _reading)."""
     with pytest.MonkeyPatch.context() as m:
-        m.setattr(gst, "File", CountingFile)
+        m.setattr(_reading, "File", CountingFile)
         CountingFile.reads = 0
         fn()
     return CountingFile.reads
@@ -288,7 +289,7 @@ def test_a_file_truncated_while_loading_is_an_error(tmp_path, rng, monkeypatch):
         with open(p, "r+b") as f:
             f.truncate(h.data_start + h.tensors["t0"].begin + 1000)
         return h
-    monkeypatch.setattr(gst, "read_header", read_then_truncate)
+    monkeypatch.setattr(_checkpoint, "read_header", read_then_truncate)  # where the loaders look it up
     dest = np.zeros((64, 32), np.float32)
     with pytest.raises(gst.SafetensorError, match=r"m.safetensors: t0: the file ended after"):
         gst.load_into({"t0": dest}, path, split={"t0": 1}, rank=1, world_size=2)
