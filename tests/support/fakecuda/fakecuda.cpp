@@ -1355,6 +1355,16 @@ bool write_attribute(int attr, void* data, uintptr_t p, const Range* r) {
   }
 }
 
+// One of the counts of `device`'s primary context (read under Global::mu), or -1 for a bad
+// ordinal: the controls fakecuda_primary_ctx_refcount and _retains.
+int primary_ctx_count(int device, int CUctx_st::*count) {
+  ensure_env();
+  Global& g = G();
+  if (!valid_device(device)) return -1;
+  std::lock_guard lk(g.mu);
+  return g.ctxs[static_cast<size_t>(device)]->*count;
+}
+
 }  // namespace
 
 extern "C" {
@@ -1734,21 +1744,9 @@ int fakecuda_live_events(void) {
   return static_cast<int>(G().events.size());
 }
 
-int fakecuda_primary_ctx_refcount(int device) {
-  ensure_env();
-  Global& g = G();
-  if (!valid_device(device)) return -1;
-  std::lock_guard lk(g.mu);
-  return g.ctxs[static_cast<size_t>(device)]->refcount;
-}
+int fakecuda_primary_ctx_refcount(int device) { return primary_ctx_count(device, &CUctx_st::refcount); }
 
-int fakecuda_primary_ctx_retains(int device) {
-  ensure_env();
-  Global& g = G();
-  if (!valid_device(device)) return -1;
-  std::lock_guard lk(g.mu);
-  return g.ctxs[static_cast<size_t>(device)]->retains;
-}
+int fakecuda_primary_ctx_retains(int device) { return primary_ctx_count(device, &CUctx_st::retains); }
 
 int fakecuda_fail_call(const char* name, int nth, int result) {
   ensure_env();
