@@ -272,6 +272,7 @@ void Executor::submit(Job* const* jobs, size_t n) {
     f.workers = cfg_.workers;
     f.min_chunk = cfg_.min_chunk_bytes;
     f.slab = cfg_.slab_bytes;
+    f.fill_folio = job->fills_cache ? sys::Os::kFillFolio : 0;
     job->split(route::plan_for_workers(f, route::Reason::asynchronous).step);
     if (packable(*job, Worker::kPackBytes))
       packed.push_back(job);

@@ -377,6 +377,7 @@ route::LoadFacts load_facts(const Session& s, const exec::Job& job, unsigned cal
   f.cores = c.cores;
   f.min_chunk = c.min_chunk_bytes;
   f.slab = c.slab_bytes;
+  f.fill_folio = job.fills_cache ? sys::Os::kFillFolio : 0;
   // A read copies out of page-cache windows on its caller's thread when they are all there; a
   // short one also when it is to make them (exec::FileWindows::plan_read): making them one
   // after another on one thread, a long read is better staged meanwhile.

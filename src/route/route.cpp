@@ -196,6 +196,12 @@ uint32_t piece_count(uint64_t grid_offset, uint64_t len, uint64_t step) {
 
 namespace {
 
+// A read that fills the page cache is cut no finer than a fill folio: a shorter piece would come
+// in unfilled, as the kernel's smallest folios, and a next start would read it at half speed.
+// On a many-core host an even share of a mid-size read falls below one (32 cores: a 10 MiB read
+// in 17 pieces of 600 KiB).
+uint64_t smallest_piece(const LoadFacts& f) { return std::max(f.min_chunk, f.fill_folio); }
+
 ThreadPlan plan(Runner runner, uint64_t step, const LoadFacts& f, unsigned helpers, Reason why) {
   ThreadPlan p;
   p.runner = runner;
@@ -209,7 +215,7 @@ ThreadPlan plan(Runner runner, uint64_t step, const LoadFacts& f, unsigned helpe
 }  // namespace
 
 ThreadPlan plan_for_workers(const LoadFacts& f, Reason why) {
-  return plan(Runner::workers, piece_step(f.len, f.workers, f.min_chunk, f.slab), f, f.workers, why);
+  return plan(Runner::workers, piece_step(f.len, f.workers, smallest_piece(f), f.slab), f, f.workers, why);
 }
 
 ThreadPlan plan_threads(const LoadFacts& f) {
@@ -224,7 +230,7 @@ ThreadPlan plan_threads(const LoadFacts& f) {
   // Copies out of registered page cache cost the CPU only their issue: the caller makes them
   // all, a slab at a time with two in flight, and the workers keep to IO that needs a thread.
   if (f.staged && f.from_page_cache)
-    return plan(Runner::caller, piece_step(f.len, 1, f.min_chunk, f.slab), f, 0,
+    return plan(Runner::caller, piece_step(f.len, 1, smallest_piece(f), f.slab), f, 0,
                 Reason::from_page_cache);
   // Many callers: enough calls at once to keep every worker busy with whole pieces (none cut
   // finer than a slab). The workers then move them, overlapping each piece's copy to the GPU
@@ -237,13 +243,13 @@ ThreadPlan plan_threads(const LoadFacts& f) {
   // into its own buffer (16 x 4 MiB: 82 GiB/s, where the workers moved 52).
   const unsigned callers = std::max(1u, f.callers);
   if (f.staged && callers * 2 >= f.workers)
-    return plan(Runner::workers, piece_step(f.len, 1, f.min_chunk, f.slab), f, f.workers,
+    return plan(Runner::workers, piece_step(f.len, 1, smallest_piece(f), f.slab), f, f.workers,
                 Reason::callers_busy);
   // Fewer callers: the cores they leave free go to idle workers, in equal shares per caller
   // (one caller alone gets every idle worker), and each caller runs pieces of its own call.
   const unsigned spare = f.cores > callers ? f.cores - callers : 0;
   const unsigned share = std::min(f.idle_workers, spare) / callers;
-  const uint64_t step = piece_step(f.len, share + 1, f.min_chunk, f.slab);
+  const uint64_t step = piece_step(f.len, share + 1, smallest_piece(f), f.slab);
   if (piece_count(f.grid_offset, f.len, step) == 1) return plan(Runner::caller, step, f, 0, Reason::one_piece);
   // A long read of cached bytes that can make its page-cache windows as it goes: the caller
   // makes the missing ones, farthest first, while the workers take the pieces from the near end
@@ -253,7 +259,7 @@ ThreadPlan plan_threads(const LoadFacts& f) {
   if (f.staged && f.windows_to_make) {
     const unsigned helpers = std::max(share, 1u);
     ThreadPlan p = plan(Runner::caller_and_workers,
-                        piece_step(f.len, helpers + 1, f.min_chunk, f.slab), f, helpers,
+                        piece_step(f.len, helpers + 1, smallest_piece(f), f.slab), f, helpers,
                         Reason::making_windows);
     p.make_windows_ahead = true;
     return p;

@@ -191,6 +191,9 @@ struct LoadFacts {
   unsigned cores = 1;
   uint64_t min_chunk = 256 << 10;
   uint64_t slab = 4 << 20;      // the largest piece: one staging slab
+  // The read fills the page cache before it reads (exec::fill_cache_first), in folios of this
+  // many bytes, and fills only pieces at least that long: no piece is cut shorter. 0: no fill.
+  uint64_t fill_folio = 0;
   // The bytes are copied into the GPU straight out of registered page-cache windows
   // (copies_from_cache, with windows ready or the read short): no kernel read, no CPU copy.
   bool from_page_cache = false;

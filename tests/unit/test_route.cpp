@@ -203,8 +203,9 @@ TEST(PlanThreads, NoPieceIsLargerThanASlabExceptSmallIoOnTheCaller) {
       for (unsigned idle : {0u, 5u, 12u}) {
         ThreadPlan p = plan_threads(sixteen_cores(len, callers, idle));
         EXPECT_LE(p.step, 4 * MiB) << len << " " << callers << " " << idle;
-        if (p.runner == Runner::caller_and_workers)
+        if (p.runner == Runner::caller_and_workers) {
           EXPECT_LE(p.helpers, idle) << "counted on more helpers than are idle";
+        }
       }
 }
 
@@ -214,6 +215,34 @@ TEST(PlanThreads, SmallIoThresholdAboveASlabIsCappedAtTheSlab) {
   ThreadPlan p = plan_threads(f);
   EXPECT_NE(p.why, Reason::small_io);
   EXPECT_LE(p.step, 4 * MiB);
+}
+
+// A read that fills the page cache first fills only pieces of a whole fill folio or more: on a
+// host of many cores an even share of a 10 MiB read is 600 KiB, and such a read came in unfilled.
+// Cut for filling, no piece but the last is shorter than the folio, whoever runs it; cut without,
+// the same read, shared among idle workers, is cut finer (so the rows do test the rule).
+TEST(PlanThreads, AReadThatFillsTheCacheIsCutNoFinerThanAFillFolio) {
+  constexpr uint64_t folio = 2 * MiB;
+  for (uint64_t len : {3 * MiB, 10 * MiB + 77, 17 * MiB, 64 * MiB})
+    for (unsigned idle : {0u, 12u})
+      for (bool synchronous : {true, false}) {
+        LoadFacts f = sixteen_cores(len, 1, idle);
+        f.cores = 32;
+        f.workers = 16;
+        f.synchronous = synchronous;
+        f.fill_folio = folio;
+        SCOPED_TRACE(::testing::Message() << len << " bytes, " << idle << " idle, "
+                                          << (synchronous ? "synchronous" : "asynchronous"));
+        const ThreadPlan p = plan_threads(f);
+        EXPECT_GE(p.step, folio);
+        EXPECT_LE(p.step, f.slab);
+        EXPECT_EQ(piece_count(f.grid_offset, f.len, p.step), p.pieces);
+        f.fill_folio = 0;
+        const bool shared_out = idle > 0 || !synchronous;
+        if (shared_out && len <= 17 * MiB) {
+          EXPECT_LT(plan_threads(f).step, folio);
+        }
+      }
 }
 
 TEST(PlanThreads, TheWorkersFallbackSpreadsOverEveryWorker) {
