@@ -27,6 +27,24 @@
 //                               WINDOW_MIB (64) windows, one file after another or (PARALLEL 1)
 //                               on a thread per file, then unregisters: what making page-cache
 //                               windows costs one process, in ms and µs per MiB
+//   register-ways FILE [WINDOW_MIB [fill]]
+//                               what registering page-cache windows costs, and what part of it is
+//                               the mapping's page faults: FILE's first whole windows registered
+//                               (WINDOW_MIB, 64) and unregistered in three ways: mapped plainly,
+//                               as page-cache DMA maps now; populated first (MADV_POPULATE_READ,
+//                               timed apart); on a 2 MiB boundary with MADV_HUGEPAGE, populated
+//                               first, so that 2 MiB folios can be mapped whole. Each line gives
+//                               the mapping's FilePmdMapped. With `fill`, the file's pages are
+//                               dropped first and brought back in 2 MiB folios
+//                               (sys::Os::fill_cache, as kept reads fill); warm the file first
+//   register-pipeline FILE [WINDOW_MIB [GPU]]
+//                               a first read through page-cache windows made as it goes: FILE's
+//                               whole windows (WINDOW_MIB, 64) registered one after another, each
+//                               copied into GPU (0) asynchronously as soon as it is registered,
+//                               so that window k+1 is registered while window k is copied; timed
+//                               from the first registration to the last copy's end (the start
+//                               waits for GPUFILE_COMPARE_START_AT, as h2d-all's does). What one
+//                               process's first read could reach without staging
 //   copy-latency [BYTES]        one async copy of BYTES (4096) from pinned memory + stream sync,
 //                               20000 times: mean and median µs (the floor under a small read)
 //   direct-read FILE [THREADS]  THREADS threads read their slices of FILE with O_DIRECT, 16 MiB
@@ -87,6 +105,7 @@
 #include "cuda/driver.hpp"
 #include "cuda/memory.hpp"
 #include "exec/runtime.hpp"
+#include "sys/os.hpp"
 
 using namespace gpufile;
 using Clock = std::chrono::steady_clock;
@@ -377,6 +396,85 @@ int register_files(const char* pattern, uint64_t window, bool parallel) {
   return ok ? 0 : fail("register");
 }
 
+// The mapping's FilePmdMapped (/proc/self/smaps_rollup), in MiB: file pages mapped 2 MiB at a time.
+double file_pmd_mapped_mib() {
+  FILE* f = std::fopen("/proc/self/smaps_rollup", "r");
+  if (f == nullptr) return -1;
+  char line[256];
+  double kib = -1;
+  while (std::fgets(line, sizeof line, f))
+    if (std::sscanf(line, "FilePmdMapped: %lf kB", &kib) == 1) break;
+  std::fclose(f);
+  return kib < 0 ? -1 : kib / 1024;
+}
+
+// FILE's first `bytes` mapped read-only, on a 2 MiB boundary when `aligned`; null on failure.
+char* map_file_prefix(const std::string& path, uint64_t bytes, bool aligned) {
+  constexpr uint64_t kTwoMiB = 2ull << 20;
+  const int fd = open(path.c_str(), O_RDONLY);
+  if (fd < 0) return nullptr;
+  void* map = MAP_FAILED;
+  if (!aligned) {
+    map = mmap(nullptr, bytes, PROT_READ, MAP_SHARED, fd, 0);
+  } else if (void* room = mmap(nullptr, bytes + kTwoMiB, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+             room != MAP_FAILED) {
+    const uint64_t base = reinterpret_cast<uint64_t>(room);
+    const uint64_t at = (base + kTwoMiB - 1) & ~(kTwoMiB - 1);
+    map = mmap(reinterpret_cast<void*>(at), bytes, PROT_READ, MAP_SHARED | MAP_FIXED, fd, 0);
+    if (at > base) munmap(room, at - base);
+    if (base + kTwoMiB > at) munmap(reinterpret_cast<void*>(at + bytes), base + kTwoMiB - at);
+    if (map != MAP_FAILED) madvise(map, bytes, MADV_HUGEPAGE);
+    else munmap(reinterpret_cast<void*>(at), bytes);  // the reservation's middle
+  }
+  close(fd);
+  return map == MAP_FAILED ? nullptr : static_cast<char*>(map);
+}
+
+int register_ways(const std::string& path, uint64_t window, bool fill) {
+  struct stat st {};
+  if (stat(path.c_str(), &st) != 0 || window == 0) return fail("stat / args");
+  const uint64_t bytes = static_cast<uint64_t>(st.st_size) / window * window;
+  if (bytes == 0) return fail("the file is shorter than one window");
+  if (fill) {
+    const int fd = open(path.c_str(), O_RDONLY);
+    if (fd < 0) return fail("open");
+    posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
+    const auto t0 = Clock::now();
+    const int r = sys::os().fill_cache(fd, 0, bytes);
+    const double ms = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+    close(fd);
+    std::printf("fill         %.0f MiB in 2 MiB folios: %.1f ms (%s)\n", bytes / 1048576.0, ms,
+                r == 0 ? "ok" : std::strerror(-r));
+  }
+  const double gib = bytes / double(1ull << 30);
+  struct Way { const char* name; bool populate; bool aligned; };
+  for (const Way& w : {Way{"plain", false, false}, Way{"populated", true, false}, Way{"huge", true, true}}) {
+    char* map = map_file_prefix(path, bytes, w.aligned);
+    if (map == nullptr) return fail("map");
+    auto since = [](Clock::time_point t) { return std::chrono::duration<double, std::milli>(Clock::now() - t).count(); };
+    double populate_ms = 0;
+    if (w.populate) {
+      const auto t0 = Clock::now();
+      if (madvise(map, bytes, MADV_POPULATE_READ) != 0) return fail("MADV_POPULATE_READ");
+      populate_ms = since(t0);
+    }
+    const double pmd = file_pmd_mapped_mib();
+    auto t0 = Clock::now();
+    const bool ok = register_windows(map, bytes, window, true);
+    const double reg_ms = since(t0);
+    t0 = Clock::now();
+    register_windows(map, bytes, window, false);
+    const double unreg_ms = since(t0);
+    munmap(map, bytes);
+    if (!ok) return fail("register");
+    std::printf("%-12s %.0f MiB, %llu MiB windows: populate %.1f ms, FilePmdMapped %.0f MiB, register %.1f ms "
+                "(%.1f GiB/s), unregister %.1f ms; populate + register %.1f GiB/s\n",
+                w.name, bytes / 1048576.0, static_cast<unsigned long long>(window >> 20), populate_ms, pmd,
+                reg_ms, gib / (reg_ms / 1000), unreg_ms, gib / ((populate_ms + reg_ms) / 1000));
+  }
+  return 0;
+}
+
 // The GPU ordinals a comma list names ("all" or empty: every GPU); empty if one is out of range.
 std::vector<int> gpu_list(const std::string& list, int count) {
   std::vector<int> out;
@@ -408,6 +506,41 @@ double wait_for_start() {
   const double late = std::chrono::duration<double>(std::chrono::system_clock::now() - start).count();
   if (late < 0) std::this_thread::sleep_until(start);
   return std::max(0.0, late);
+}
+
+int register_pipeline(const std::string& path, uint64_t window, int gpu) {
+  cuda::CUdevice dev = 0;
+  cuda::CUcontext ctx = nullptr;
+  if (window == 0 || d->DeviceGet(&dev, gpu) || d->DevicePrimaryCtxRetain(&ctx, dev) || d->CtxSetCurrent(ctx))
+    return fail("GPU / args");
+  uint64_t bytes = 0;
+  char* map = map_windows(path, window, &bytes);
+  if (map == nullptr) return fail("map");
+  cuda::CUdeviceptr dst = 0;
+  cuda::CUstream s = nullptr;
+  if (d->MemAlloc(&dst, bytes) || d->StreamCreate(&s, 1 /* non-blocking */)) return fail("device memory / stream");
+  const double late = wait_for_start();
+  auto ms_since = [](Clock::time_point t) { return std::chrono::duration<double, std::milli>(Clock::now() - t).count(); };
+  const auto t0 = Clock::now();
+  double registering_ms = 0;
+  bool ok = true;
+  for (uint64_t off = 0; off < bytes && ok; off += window) {
+    const auto r0 = Clock::now();
+    ok = d->MemHostRegister(map + off, window, cuda::kMemHostRegisterPortable | kMemHostRegisterReadOnly) == 0;
+    registering_ms += ms_since(r0);
+    ok = ok && d->MemcpyHtoDAsync(dst + off, map + off, window, s) == 0;
+  }
+  ok = ok && d->StreamSynchronize(s) == 0;
+  const double total_ms = ms_since(t0);
+  const double gib = bytes / double(1ull << 30);
+  std::printf("register-pipeline GPU %d: %.0f MiB in %llu MiB windows: %.1f ms, %.2f GiB/s (registering %.1f ms of it)%s\n",
+              gpu, bytes / 1048576.0, static_cast<unsigned long long>(window >> 20), total_ms,
+              gib / (total_ms / 1000), registering_ms, late > 0.05 ? " (started late)" : "");
+  register_windows(map, bytes, window, false);
+  d->StreamDestroy(s);
+  d->MemFree(dst);
+  munmap(map, bytes);
+  return ok ? 0 : fail("register / copy");
 }
 
 int h2d_all(int threads, uint64_t io, double seconds, const char* file_pattern, const std::string& gpu_names) {
@@ -656,6 +789,12 @@ int main(int argc, char** argv) {
   if (mode == "register-files" && argc > 2)
     return register_files(argv[2], (argc > 3 ? std::strtoull(argv[3], nullptr, 0) : 64) << 20,
                           argc > 4 && std::atoi(argv[4]) == 1);
+  if (mode == "register-ways" && argc > 2)
+    return register_ways(argv[2], (argc > 3 ? std::strtoull(argv[3], nullptr, 0) : 64) << 20,
+                         argc > 4 && std::string(argv[4]) == "fill");
+  if (mode == "register-pipeline" && argc > 2)
+    return register_pipeline(argv[2], (argc > 3 ? std::strtoull(argv[3], nullptr, 0) : 64) << 20,
+                             argc > 4 ? std::atoi(argv[4]) : 0);
   if (mode == "copy-latency")
     return copy_latency(argc > 2 ? std::strtoull(argv[2], nullptr, 0) : 4096);
   if (argc < 3) return fail("this mode needs a FILE");
