@@ -6,6 +6,9 @@ bench/checkpoint_bench.py), the page cache warm.
 Variants, each timed from the first gpufile call to torch.cuda.synchronize():
   load_file             gpufile.safetensors.load_file(path, device="cuda:0"), as users call it
   load_file/open-first  the same, gpufile's session opened before the clock starts
+  load_file/with-import the same, the clock started before `import gpufile.safetensors`: what a
+                        serving process's start pays from its import to weights in GPU memory
+                        (torch imported and its CUDA context made before, as a server has)
   views                 load_file(..., views=True): one allocation and one read per file
   phases                load_file's steps one after another, each timed: headers, the
                         destinations' allocation, the session's open, the reads (one future
@@ -35,7 +38,8 @@ import time
 from benchlib import warm
 from checkpoint_bench import cuda_ready
 
-VARIANTS = ("raw", "raw/with-open", "load_file", "load_file/open-first", "views", "phases", "allocate")
+VARIANTS = ("raw", "raw/with-open", "load_file", "load_file/open-first", "load_file/with-import", "views",
+            "phases", "allocate")
 
 
 def data_section(path):
@@ -73,6 +77,19 @@ def run_load(torch, path, open_first, views):
     seconds = time.perf_counter() - t0
     return {"seconds": seconds, "bytes": sum(t.numel() * t.element_size() for t in out.values()),
             "tensors": len(out)}
+
+
+def run_load_with_import(torch, path):
+    if any(m == "gpufile" or m.startswith("gpufile.") for m in sys.modules):
+        raise SystemExit("gpufile was imported before the clock started")
+    t0 = time.perf_counter()
+    import gpufile.safetensors as gs
+    imported = time.perf_counter()
+    out = gs.load_file(path, device="cuda:0")
+    torch.cuda.synchronize()
+    seconds = time.perf_counter() - t0
+    return {"seconds": seconds, "bytes": sum(t.numel() * t.element_size() for t in out.values()),
+            "tensors": len(out), "steps": {"import": imported - t0, "load_file": seconds - (imported - t0)}}
 
 
 def run_phases(torch, path):
@@ -143,6 +160,8 @@ def run_variant(variant, path):
         return run_load(torch, path, open_first=False, views=False)
     if variant == "load_file/open-first":
         return run_load(torch, path, open_first=True, views=False)
+    if variant == "load_file/with-import":
+        return run_load_with_import(torch, path)
     if variant == "views":
         return run_load(torch, path, open_first=False, views=True)
     if variant == "phases":
@@ -180,7 +199,7 @@ def main():
             rows.append(r)
     raw = [r["bytes"] / r["seconds"] for r in rows if r["variant"] == "raw"]
     best_raw = max(raw) if raw else None
-    print("| variant | seconds (each run) | GB/s (best) | of the best raw read | steps (ms, best run) |")
+    print("| variant | seconds (each run) | GB/s (best) | of the best raw read (each run) | steps (ms, best run) |")
     print("|---|---|---|---|---|")
     for v in args.variants.split(","):
         rs = [r for r in rows if r["variant"] == v]
@@ -188,7 +207,8 @@ def main():
             continue
         best = min(rs, key=lambda r: r["seconds"])
         rate = best["bytes"] / best["seconds"]
-        frac = f"{rate / best_raw:.0%}" if best_raw and v != "allocate" else ""
+        frac = ", ".join(f"{r['bytes'] / r['seconds'] / best_raw:.0%}" for r in rs) \
+            if best_raw and v != "allocate" else ""
         steps = ", ".join(f"{k} {s * 1e3:.1f}" for k, s in best.get("steps", {}).items())
         print(f"| {v} | {', '.join('%.3f' % r['seconds'] for r in rs)} | {rate / 1e9:.2f} | {frac} | {steps} |")
     for r in rows:  # every run's steps and data paths: a slow run shows which step was slow
