@@ -78,7 +78,7 @@ python_start() {
     echo "failed"
 }
 
-echo "== $(nvidia-smi -L 2>/dev/null | head -1); $(uname -r); $(date -u +%F) $(git rev-parse --short HEAD 2>/dev/null)"
+echo "== $(nvidia-smi -L 2>/dev/null | head -1); $(uname -r); $(date -u +%F) ${GPUFILE_BENCH_COMMIT:-$(git rev-parse --short HEAD 2>/dev/null)}"
 drop
 echo "disk, O_DIRECT: $("$build/bench/gpufile_compare" direct-read "$file" 8 2>&1 | tail -1)"
 IFS=, read -r -a policy_list <<<"$policies"
