@@ -62,11 +62,15 @@
 //                               the same with pwrite, one pass over FILE in place, O_DIRECT
 //                               where the file system takes it (tmpfs does not): the write
 //                               ceiling of `gpufile bench -I 1` callers of that IO size
-//   staged FILE THREADS IO_KIB [PIECES]
+//   staged FILE THREADS IO_KIB [PIECES [HOW]]
 //                               THREADS synchronous callers as `pread`'s mode takes pieces, each
 //                               read through a pinned buffer of its own into the GPU: PIECES (1)
 //                               parts per call, part i+1 read while part i is copied, the call
-//                               done when its copies are (a stream sync). What any loop that
+//                               done when its copies are (a stream sync). HOW a part reaches the
+//                               buffer: pread (the kernel's copy), memcpy or stream (the CPU's
+//                               copy out of a populated mapping of the file, with plain or
+//                               non-temporal stores: the latter do not read the buffer's lines
+//                               first, one crossing of host memory fewer). What any loop that
 //                               stages page-cache bytes through pinned memory reaches for this
 //                               shape: on the H200 machine the DMA reads bytes the CPU has just
 //                               written far slower than old ones, so this sits well below
@@ -85,6 +89,9 @@
 //
 // Output: MODE, GiB moved, seconds, GiB/s, CPU seconds (user + system, all threads) per GiB.
 #include <cufile.h>
+#if defined(__SSE2__)
+#include <immintrin.h>
+#endif
 #include <fcntl.h>
 #include <sys/mman.h>
 #include <sys/resource.h>
@@ -278,10 +285,43 @@ int piece_ceiling(const char* path, uint64_t size, int threads, uint64_t io, Hos
 
 // Synchronous callers staging through pinned memory, as the `staged` mode's header says. Each
 // thread: its own stream, buffer and device slot; the pieces come from one shared cursor.
-int staged_ceiling(const char* path, uint64_t size, int threads, uint64_t io, int parts) {
+// How a staged part reaches its pinned buffer: the kernel's copy (pread), or the CPU's out of a
+// mapping of the page cache, with plain stores (memcpy) or non-temporal ones, which write the
+// buffer without reading its lines into the cache first (one crossing of host memory fewer).
+enum class StageCopy { pread, memcpy, stream };
+
+// `len` bytes from `src` to `dst` with non-temporal stores; both 16-byte aligned, len a multiple
+// of 64 (staged parts are whole pages). Without SSE2 (not x86-64), a plain copy.
+void stream_copy(char* dst, const char* src, uint64_t len) {
+#if defined(__SSE2__)
+  for (uint64_t i = 0; i < len; i += 64) {
+    const __m128i a = _mm_load_si128(reinterpret_cast<const __m128i*>(src + i));
+    const __m128i b = _mm_load_si128(reinterpret_cast<const __m128i*>(src + i + 16));
+    const __m128i c = _mm_load_si128(reinterpret_cast<const __m128i*>(src + i + 32));
+    const __m128i e = _mm_load_si128(reinterpret_cast<const __m128i*>(src + i + 48));
+    _mm_stream_si128(reinterpret_cast<__m128i*>(dst + i), a);
+    _mm_stream_si128(reinterpret_cast<__m128i*>(dst + i + 16), b);
+    _mm_stream_si128(reinterpret_cast<__m128i*>(dst + i + 32), c);
+    _mm_stream_si128(reinterpret_cast<__m128i*>(dst + i + 48), e);
+  }
+  _mm_sfence();  // the stores are visible before the copy engine reads the buffer
+#else
+  std::memcpy(dst, src, len);
+#endif
+}
+
+int staged_ceiling(const char* path, uint64_t size, int threads, uint64_t io, int parts, StageCopy how) {
   int fd = open(path, O_RDONLY);
-  if (fd < 0 || io == 0 || io > size || parts < 1 || io % parts != 0) return fail("open / IO size");
+  if (fd < 0 || io == 0 || io > size || parts < 1 || io % parts != 0 || (io / parts) % 4096 != 0)
+    return fail("open / IO size");
   const uint64_t part = io / parts, per_pass = size / io, total = 3 * per_pass;
+  // The mapping is populated before the clock: its page faults are not what is measured.
+  const char* map = nullptr;
+  if (how != StageCopy::pread) {
+    void* m = mmap(nullptr, size, PROT_READ, MAP_SHARED, fd, 0);
+    if (m == MAP_FAILED || madvise(m, size, MADV_POPULATE_READ) != 0) return fail("map / populate");
+    map = static_cast<const char*>(m);
+  }
   std::vector<void*> bufs(threads);
   std::vector<cuda::CUdeviceptr> slots(threads);
   std::vector<cuda::CUstream> streams(threads);
@@ -302,18 +342,23 @@ int staged_ceiling(const char* path, uint64_t size, int threads, uint64_t io, in
       for (uint64_t k; (k = next.fetch_add(1)) < total;) {
         const off_t off = static_cast<off_t>((k % per_pass) * io);
         for (int p = 0; p < parts; ++p) {
-          if (pread(fd, buf + p * part, part, off + p * part) != static_cast<ssize_t>(part) ||
-              d->MemcpyHtoDAsync(slots[i] + p * part, buf + p * part, part, streams[i]))
-            ok = false;
+          char* to = buf + p * part;
+          const off_t at = off + static_cast<off_t>(p * part);
+          if (how == StageCopy::pread && pread(fd, to, part, at) != static_cast<ssize_t>(part)) ok = false;
+          if (how == StageCopy::memcpy) std::memcpy(to, map + at, part);
+          if (how == StageCopy::stream) stream_copy(to, map + at, part);
+          if (d->MemcpyHtoDAsync(slots[i] + p * part, to, part, streams[i])) ok = false;
         }
         if (d->StreamSynchronize(streams[i])) ok = false;
       }
     });
   for (auto& th : pool) th.join();
   if (!ok) return fail("pread / copy");
+  static const char* const kHow[] = {"pread", "memcpy from a mapping", "non-temporal copy from a mapping"};
   t.report("staged", total * io,
            "(" + std::to_string(threads) + " threads, " + std::to_string(io >> 10) + " KiB, " +
-               std::to_string(parts) + " parts)");
+               std::to_string(parts) + " parts, " + kHow[static_cast<int>(how)] + ")");
+  if (map != nullptr) munmap(const_cast<char*>(map), size);
   close(fd);
   return 0;
 }
@@ -818,7 +863,10 @@ int main(int argc, char** argv) {
   }
   if (mode == "staged") {
     const uint64_t io = argc > 4 ? std::strtoull(argv[4], nullptr, 0) << 10 : kPiece;
-    return staged_ceiling(argv[2], size, threads, io, argc > 5 ? std::atoi(argv[5]) : 1);
+    const std::string how = argc > 6 ? argv[6] : "pread";
+    if (how != "pread" && how != "memcpy" && how != "stream") return fail("HOW: pread, memcpy or stream");
+    return staged_ceiling(argv[2], size, threads, io, argc > 5 ? std::atoi(argv[5]) : 1,
+                          how == "pread" ? StageCopy::pread : how == "memcpy" ? StageCopy::memcpy : StageCopy::stream);
   }
   if (mode == "dali")
     return dali(argv[2], size, argc > 3 ? threads : 8, argc > 4 ? std::atoi(argv[4]) : 2);
