@@ -283,8 +283,6 @@ int piece_ceiling(const char* path, uint64_t size, int threads, uint64_t io, Hos
   return 0;
 }
 
-// Synchronous callers staging through pinned memory, as the `staged` mode's header says. Each
-// thread: its own stream, buffer and device slot; the pieces come from one shared cursor.
 // How a staged part reaches its pinned buffer: the kernel's copy (pread), or the CPU's out of a
 // mapping of the page cache, with plain stores (memcpy) or non-temporal ones, which write the
 // buffer without reading its lines into the cache first (one crossing of host memory fewer).
@@ -310,10 +308,12 @@ void stream_copy(char* dst, const char* src, uint64_t len) {
 #endif
 }
 
+// Synchronous callers staging through pinned memory, as the `staged` mode's header says. Each
+// thread: its own stream, buffer and device slot; the pieces come from one shared cursor.
 int staged_ceiling(const char* path, uint64_t size, int threads, uint64_t io, int parts, StageCopy how) {
   int fd = open(path, O_RDONLY);
-  if (fd < 0 || io == 0 || io > size || parts < 1 || io % parts != 0 || (io / parts) % 4096 != 0)
-    return fail("open / IO size");
+  if (fd < 0 || io == 0 || io > size || parts < 1 || io % parts != 0) return fail("open / IO size");
+  if (how == StageCopy::stream && (io / parts) % 64 != 0) return fail("stream: parts of whole 64-byte lines");
   const uint64_t part = io / parts, per_pass = size / io, total = 3 * per_pass;
   // The mapping is populated before the clock: its page faults are not what is measured.
   const char* map = nullptr;
