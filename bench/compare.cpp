@@ -141,6 +141,11 @@ struct Timer {
   }
 };
 
+// Milliseconds from `t0` to now.
+double ms_since(Clock::time_point t0) {
+  return std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+}
+
 int fail(const char* what) {
   std::fprintf(stderr, "gpufile_compare: %s\n", what);
   return 1;
@@ -431,7 +436,7 @@ int register_files(const char* pattern, uint64_t window, bool parallel) {
       else one_file(m);
     }
     for (auto& th : pool) th.join();
-    const double ms = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+    const double ms = ms_since(t0);
     std::printf("%-12s %d files, %.0f MiB in %llu MiB windows, %s: %.1f ms, %.1f us/MiB\n",
                 reg ? "register" : "unregister", gpus, total / 1048576.0,
                 static_cast<unsigned long long>(window >> 20), parallel ? "a thread per file" : "serial",
@@ -453,16 +458,15 @@ double file_pmd_mapped_mib() {
   return kib < 0 ? -1 : kib / 1024;
 }
 
-// FILE's first `bytes` mapped read-only, on a 2 MiB boundary when `aligned`; null on failure.
-char* map_file_prefix(const std::string& path, uint64_t bytes, bool aligned) {
+// FILE's first `bytes` mapped read-only on a 2 MiB boundary, with MADV_HUGEPAGE, so that 2 MiB
+// folios of the page cache can be mapped whole; null on failure.
+char* map_on_folio_boundary(const std::string& path, uint64_t bytes) {
   constexpr uint64_t kTwoMiB = 2ull << 20;
   const int fd = open(path.c_str(), O_RDONLY);
   if (fd < 0) return nullptr;
   void* map = MAP_FAILED;
-  if (!aligned) {
-    map = mmap(nullptr, bytes, PROT_READ, MAP_SHARED, fd, 0);
-  } else if (void* room = mmap(nullptr, bytes + kTwoMiB, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-             room != MAP_FAILED) {
+  if (void* room = mmap(nullptr, bytes + kTwoMiB, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+      room != MAP_FAILED) {
     const uint64_t base = reinterpret_cast<uint64_t>(room);
     const uint64_t at = (base + kTwoMiB - 1) & ~(kTwoMiB - 1);
     map = mmap(reinterpret_cast<void*>(at), bytes, PROT_READ, MAP_SHARED | MAP_FIXED, fd, 0);
@@ -486,7 +490,7 @@ int register_ways(const std::string& path, uint64_t window, bool fill) {
     posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
     const auto t0 = Clock::now();
     const int r = sys::os().fill_cache(fd, 0, bytes);
-    const double ms = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+    const double ms = ms_since(t0);
     close(fd);
     std::printf("fill         %.0f MiB in 2 MiB folios: %.1f ms (%s)\n", bytes / 1048576.0, ms,
                 r == 0 ? "ok" : std::strerror(-r));
@@ -494,22 +498,22 @@ int register_ways(const std::string& path, uint64_t window, bool fill) {
   const double gib = bytes / double(1ull << 30);
   struct Way { const char* name; bool populate; bool aligned; };
   for (const Way& w : {Way{"plain", false, false}, Way{"populated", true, false}, Way{"huge", true, true}}) {
-    char* map = map_file_prefix(path, bytes, w.aligned);
-    if (map == nullptr) return fail("map");
-    auto since = [](Clock::time_point t) { return std::chrono::duration<double, std::milli>(Clock::now() - t).count(); };
+    uint64_t mapped = bytes;
+    char* map = w.aligned ? map_on_folio_boundary(path, bytes) : map_windows(path, window, &mapped);
+    if (map == nullptr || mapped != bytes) return fail("map");
     double populate_ms = 0;
     if (w.populate) {
       const auto t0 = Clock::now();
       if (madvise(map, bytes, MADV_POPULATE_READ) != 0) return fail("MADV_POPULATE_READ");
-      populate_ms = since(t0);
+      populate_ms = ms_since(t0);
     }
     const double pmd = file_pmd_mapped_mib();
     auto t0 = Clock::now();
     const bool ok = register_windows(map, bytes, window, true);
-    const double reg_ms = since(t0);
+    const double reg_ms = ms_since(t0);
     t0 = Clock::now();
     register_windows(map, bytes, window, false);
-    const double unreg_ms = since(t0);
+    const double unreg_ms = ms_since(t0);
     munmap(map, bytes);
     if (!ok) return fail("register");
     std::printf("%-12s %.0f MiB, %llu MiB windows: populate %.1f ms, FilePmdMapped %.0f MiB, register %.1f ms "
@@ -565,7 +569,6 @@ int register_pipeline(const std::string& path, uint64_t window, int gpu) {
   cuda::CUstream s = nullptr;
   if (d->MemAlloc(&dst, bytes) || d->StreamCreate(&s, 1 /* non-blocking */)) return fail("device memory / stream");
   const double late = wait_for_start();
-  auto ms_since = [](Clock::time_point t) { return std::chrono::duration<double, std::milli>(Clock::now() - t).count(); };
   const auto t0 = Clock::now();
   double registering_ms = 0;
   bool ok = true;
