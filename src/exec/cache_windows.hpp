@@ -62,10 +62,12 @@ class FileWindows {
   const char* acquire(int fd, uint64_t off, uint64_t len, uint64_t file_size,
                       cuda::CUcontext ctx, bool may_make, WindowLease* lease);
   void release(WindowLease* lease);
-  // Makes the farthest window of file bytes [from, to) not made yet. True when one was made;
-  // false when none is missing there, another is being made (MakerTurn), the budget is held by
-  // windows in use, the bytes are not all cached, or the file is refused. For a long read's
-  // calling thread (Job::makes_windows_ahead); `ctx` is current.
+  // Makes the farthest window of file bytes [from, to) that is not made yet and whose bytes
+  // were read before (plan_read's wanted ones; a long read's first reading of the others stays
+  // staged). True when one was made; false when no such window is missing there, another is
+  // being made (MakerTurn), the budget is held by windows in use, the bytes are not all cached,
+  // or the file is refused. For a long read's calling thread (Job::makes_windows_ahead); `ctx`
+  // is current.
   bool make_ahead(int fd, uint64_t from, uint64_t to, uint64_t file_size, cuda::CUcontext ctx);
   // What a read of [off, off+len) (`file_size` as the read saw it) finds, in one look:
   //   ready   registered windows of the current file serve all of it now;
@@ -108,6 +110,9 @@ class FileWindows {
   // plan_read's two looks, mu_ held.
   bool ready_locked(uint64_t off, uint64_t len, uint64_t generation) const;
   bool count_demand_locked(uint64_t off, uint64_t len, uint64_t file_size, uint64_t generation);
+  // Whether window `index`'s bytes were read more than once in the file's `generation`
+  // (count_demand_locked); mu_ held.
+  bool wanted_locked(uint64_t index, uint64_t generation) const;
   // Makes window `index` for the current generation; true when it is ready (one user counted).
   bool make(std::unique_lock<std::mutex>& lock, int fd, uint64_t index, uint64_t file_size,
             cuda::CUcontext ctx);
