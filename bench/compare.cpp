@@ -30,10 +30,12 @@
 //   register-ways FILE [WINDOW_MIB [fill]]
 //                               what registering page-cache windows costs, and what part of it is
 //                               the mapping's page faults: FILE's first whole windows registered
-//                               (WINDOW_MIB, 64) and unregistered in three ways: mapped plainly,
+//                               (WINDOW_MIB, 64) and unregistered in four ways: mapped plainly,
 //                               as page-cache DMA maps now; populated first (MADV_POPULATE_READ,
 //                               timed apart); on a 2 MiB boundary with MADV_HUGEPAGE, populated
-//                               first, so that 2 MiB folios can be mapped whole. Each line gives
+//                               first, so that 2 MiB folios can be mapped whole; mapped plainly
+//                               and registered for the current context only (no PORTABLE flag:
+//                               whether the driver's cost grows with the GPUs). Each line gives
 //                               the mapping's FilePmdMapped. With `fill`, the file's pages are
 //                               dropped first and brought back in 2 MiB folios
 //                               (sys::Os::fill_cache, as kept reads fill); warm the file first
@@ -391,12 +393,12 @@ char* map_windows(const std::string& path, uint64_t window, uint64_t* bytes) {
 }
 
 // Registers (or unregisters) a mapping window by window, as page-cache DMA does: read-only,
-// portable. False if the driver refused one.
-bool register_windows(char* map, uint64_t bytes, uint64_t window, bool reg) {
+// portable (every context of the process may copy out of it). False if the driver refused one.
+constexpr unsigned kWindowFlags = cuda::kMemHostRegisterPortable | kMemHostRegisterReadOnly;
+bool register_windows(char* map, uint64_t bytes, uint64_t window, bool reg, unsigned flags = kWindowFlags) {
   bool ok = true;
   for (uint64_t off = 0; off < bytes; off += window)
-    if (reg ? d->MemHostRegister(map + off, window, cuda::kMemHostRegisterPortable | kMemHostRegisterReadOnly)
-            : d->MemHostUnregister(map + off))
+    if (reg ? d->MemHostRegister(map + off, window, flags) : d->MemHostUnregister(map + off))
       ok = false;
   return ok;
 }
@@ -496,8 +498,10 @@ int register_ways(const std::string& path, uint64_t window, bool fill) {
                 r == 0 ? "ok" : std::strerror(-r));
   }
   const double gib = bytes / double(1ull << 30);
-  struct Way { const char* name; bool populate; bool aligned; };
-  for (const Way& w : {Way{"plain", false, false}, Way{"populated", true, false}, Way{"huge", true, true}}) {
+  struct Way { const char* name; bool populate; bool aligned; unsigned flags; };
+  for (const Way& w : {Way{"plain", false, false, kWindowFlags}, Way{"populated", true, false, kWindowFlags},
+                       Way{"huge", true, true, kWindowFlags},
+                       Way{"one-context", false, false, kMemHostRegisterReadOnly}}) {
     uint64_t mapped = bytes;
     char* map = w.aligned ? map_on_folio_boundary(path, bytes) : map_windows(path, window, &mapped);
     if (map == nullptr || mapped != bytes) return fail("map");
@@ -509,10 +513,10 @@ int register_ways(const std::string& path, uint64_t window, bool fill) {
     }
     const double pmd = file_pmd_mapped_mib();
     auto t0 = Clock::now();
-    const bool ok = register_windows(map, bytes, window, true);
+    const bool ok = register_windows(map, bytes, window, true, w.flags);
     const double reg_ms = ms_since(t0);
     t0 = Clock::now();
-    register_windows(map, bytes, window, false);
+    register_windows(map, bytes, window, false, w.flags);
     const double unreg_ms = ms_since(t0);
     munmap(map, bytes);
     if (!ok) return fail("register");

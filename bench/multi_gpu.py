@@ -9,8 +9,9 @@ Each GPU g reads its own warm file DIR/gpufile-gpu<g>.bin (4 GiB). Rows, in orde
                   share that row is measured against
   bench           gpufile bench -x 0 -I 0 with -i 16M -w 8 -T S, -i 4M -w 16 -T S, -i 4G -w 1 -T S
                   and -i 1G -w 1 (one pass: a fresh process's first reads): a process per GPU
-                  started together (their GiB/s summed), then one process for all GPUs (a gdsio job
-                  file, one job per GPU: the total line)
+                  started together, every clock starting at one moment after set-up (--start-at;
+                  their GiB/s summed), then one process for all GPUs (a gdsio job file, one job
+                  per GPU: the total line)
   python          gpufile.open(f).read(cupy array of the whole file): first call in a fresh process,
                   then the best of --rounds (5); a process per GPU (every read starts together, across
                   processes), one process with a thread per GPU, and one process alone on the host
@@ -24,6 +25,7 @@ import argparse
 import contextlib
 import json
 import os
+import re
 import shutil
 import signal
 import sys
@@ -36,6 +38,9 @@ from benchlib import GIB, MIB
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
+# tp_load.py's "rank R: load_into, ...: X GB in S s = Y GB/s" (and load_file's)
+TP_LOAD_LINE = re.compile(r"rank (?P<rank>\d+): (?P<what>load_into|load_file)\b[^\n]*?: "
+                          r"(?P<gb>[\d.]+) GB in (?P<secs>[\d.]+) s")
 BENCH_SHAPES = (  # IO size, threads, timed (-T) or one pass
     (16 * MIB, 8, True), (4 * MIB, 16, True), (4 * GIB, 1, True), (1 * GIB, 1, False))
 
@@ -169,16 +174,22 @@ class Run:
         limit = self.a.seconds + 90
         for io, threads, timed in BENCH_SHAPES:
             name, flags = self.shape_name(io, threads, timed), self.bench_flags(io, threads, timed)
-            cmds = [[self.tool("gpufile"), "bench", "-f", f, "-d", str(g), *flags, "--json"]
+            # Every process's clock starts at one moment after its set-up (a context, the
+            # session, its buffers): started only together, a one-pass run (about 0.1 s a GPU)
+            # overlapped the others by chance, and their rates summed as if it had not.
+            start = ["--start-at", f"{time.time() + 4 + 0.25 * self.gpus:.3f}"] if self.gpus > 1 else []
+            cmds = [[self.tool("gpufile"), "bench", "-f", f, "-d", str(g), *flags, "--json", *start]
                     for g, f in enumerate(self.files)]
             procs = self.shell.run_together(cmds, [self.env(g) for g in range(self.gpus)], limit)
             results = [benchlib.parse_bench(p) for p in procs]
             bad = [r["error"] for r in results if "error" in r]
+            late = sum("began late" in p.stderr for p in procs)
             if bad:
                 self.row("bench", name, "a process per GPU", error=bad[0])
             else:
                 each = [r["bytes"] / GIB / r["secs"] for r in results]
-                self.row("bench", name, "a process per GPU", sum(each), per_gpu=each, cmd=" ".join(cmds[0]))
+                self.row("bench", name, "a process per GPU", sum(each), per_gpu=each, cmd=" ".join(cmds[0]),
+                         **({"note": f"{late} process(es) began late: not every GPU overlapped"} if late else {}))
             if not self.a.quick and self.gpus > 1:
                 self.bench_one_process(name, io, threads, timed, limit)
 
@@ -264,16 +275,15 @@ class Run:
 
     def tp_rows(self, p, label):
         """Rows from tp_load's lines: "rank R: WHAT: X GB in S s = Y GB/s", "WHAT: slowest rank T s"."""
-        ranks = {"load_into": [], "load_file": []}
-        for line in p.stdout.splitlines():
-            if line.startswith("rank ") and " GB in " in line:
-                what = "load_into" if "load_into" in line else "load_file" if "load_file" in line else None
-                gb, secs = line.split(": ")[-1].split(" GB in ")
-                if what:
-                    ranks[what].append((float(gb) * 1e9, float(secs.split(" s")[0])))
+        ranks = {"load_into": {}, "load_file": {}}
+        for m in TP_LOAD_LINE.finditer(p.stdout):
+            ranks[m["what"]][int(m["rank"])] = (float(m["gb"]) * 1e9, float(m["secs"]))
+        ranks = {what: list(by_rank.values()) for what, by_rank in ranks.items()}
         if len(ranks["load_into"]) != self.gpus or len(ranks["load_file"]) != self.gpus:
+            said = ", ".join(f"{what} from {len(r)}" for what, r in ranks.items())
             return self.row("tp_load", f"tp_load.py --into --compare, {label}", "torchrun",
-                            error=benchlib.failure(p)["error"])
+                            error=f"{said} of {self.gpus} ranks (exit {p.returncode}): " +
+                            benchlib.failure(p)["error"])
         parts = ranks["load_into"]
         slowest = max(s for _, s in parts)
         moved = sum(b for b, _ in parts)

@@ -23,6 +23,7 @@ import argparse
 import json
 import math
 import os
+import sys
 import time
 
 import torch
@@ -110,11 +111,17 @@ def report(what: str, seconds: float, moved: int, device: torch.device) -> None:
     slowest = torch.tensor([seconds], dtype=torch.float64, device=device)
     dist.all_reduce(slowest, op=dist.ReduceOp.MAX)
     rank = dist.get_rank()
-    print(f"rank {rank}: {what}: {moved / 1e9:.2f} GB in {seconds:.3f} s = {moved / 1e9 / seconds:.2f} GB/s",
-          flush=True)
+    say(f"rank {rank}: {what}: {moved / 1e9:.2f} GB in {seconds:.3f} s = {moved / 1e9 / seconds:.2f} GB/s")
     dist.barrier()
     if rank == 0:
-        print(f"{what}: slowest rank {slowest.item():.3f} s", flush=True)
+        say(f"{what}: slowest rank {slowest.item():.3f} s")
+
+
+def say(line: str) -> None:
+    """One line in one write: the ranks share torchrun's stdout, and print() writes the text and
+    its newline apart, so that with PYTHONUNBUFFERED two ranks' lines could run into one."""
+    sys.stdout.write(line + "\n")
+    sys.stdout.flush()
 
 
 def main() -> None:
@@ -169,7 +176,7 @@ def main() -> None:
                 dim = split_dim(name, tuple(whole[name].shape))
                 want = whole[name] if dim is None else whole[name][gst.shard_slice(whole[name].shape, dim, rank, world)]
                 assert torch.equal(part, want), name
-            print(f"rank {rank}: every part equals its slice of the whole checkpoint", flush=True)
+            say(f"rank {rank}: every part equals its slice of the whole checkpoint")
         del whole
 
     dist.barrier()

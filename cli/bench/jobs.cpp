@@ -272,6 +272,7 @@ int run_job_file(const Options& cli) {
   std::vector<Job> jobs;
   for (size_t k = 0; k < options.size(); ++k) {
     if (!lanes_fit(options[k])) return 1;
+    options[k].start_at = cli.start_at;  // every job's clock starts at the same moment
     jobs.push_back(Job{file.jobs[k].name, options[k], Gpu{}});
   }
   if (!open_gpus(&jobs)) return 1;

@@ -98,14 +98,17 @@ void print_usage(FILE* f) {
       "            (draw it: python -m gpufile.plot PATH.csv -o chart.png)\n"
       "  JOBFILE   gdsio's job file: [global] then [job1], [job2]...; the jobs run at once\n"
       "            and one line sums them up (docs/bench.md lists the keys)\n"
-      "  -J        with a job file, also each job's own line, before the total\n",
+      "  -J        with a job file, also each job's own line, before the total\n"
+      "  --start-at EPOCH  start the clock at EPOCH (seconds since 1970, e.g. $(date +%s) + 5)\n"
+      "            once set-up is done: processes started together then time the same\n"
+      "            stretch, however long each took to set up (a late one says so)\n",
       f);
 }
 
 namespace {
 
 // Long options without a short form: values above any character.
-enum LongOnly { kProgress = 256, kNoProgress, kSweepIo, kSweepThreads, kCsv, kPng };
+enum LongOnly { kProgress = 256, kNoProgress, kSweepIo, kSweepThreads, kCsv, kPng, kStartAt };
 
 bool parse_int(const char* text, long lo, long hi, int* out) {
   char* end = nullptr;
@@ -121,6 +124,16 @@ bool parse_u64(const char* text, uint64_t* out) {
   errno = 0;
   unsigned long long v = std::strtoull(text, &end, 10);
   if (errno || end == text || *end != '\0') return false;
+  *out = v;
+  return true;
+}
+
+// --start-at: seconds since the epoch, fractions allowed.
+bool parse_epoch(const char* text, double* out) {
+  char* end = nullptr;
+  errno = 0;
+  const double v = std::strtod(text, &end);
+  if (errno || end == text || *end != '\0' || !(v > 0)) return false;
   *out = v;
   return true;
 }
@@ -212,6 +225,7 @@ bool apply_flag(int c, const char* arg, Options* o, std::string* why) {
     case kSweepIo: return parse_size_list(arg, &o->sweep_io);
     case kSweepThreads: return parse_count_list(arg, &o->sweep_threads);
     case kCsv: o->csv_path = arg; return !o->csv_path.empty();
+    case kStartAt: return parse_epoch(arg, &o->start_at);
     case kPng:  // the PNG chart moved to Python: point old command lines there
       std::fprintf(stderr, "gpufile bench: --png is gone: write --csv and draw it with "
                            "`python -m gpufile.plot FILE.csv -o %s` (pip install 'gpufile[plot]')\n",
@@ -229,7 +243,7 @@ int deepest(const Options& o) {
 }
 
 // The flags that may come with a job file: the file holds every run setting.
-bool goes_with_job_file(int c) { return c == 'J' || c == 'j' || c == 'h'; }
+bool goes_with_job_file(int c) { return c == 'J' || c == 'j' || c == 'h' || c == kStartAt; }
 
 bool say_problem(const std::string& problem) {
   if (!problem.empty()) std::fprintf(stderr, "gpufile bench: %s\n", problem.c_str());
@@ -272,6 +286,7 @@ bool parse_options(int argc, char** argv, Options* o) {
                                  {"sweep-threads", required_argument, nullptr, kSweepThreads},
                                  {"csv", required_argument, nullptr, kCsv},
                                  {"png", required_argument, nullptr, kPng},
+                                 {"start-at", required_argument, nullptr, kStartAt},
                                  {"help", no_argument, nullptr, 'h'},
                                  {nullptr, 0, nullptr, 0}};
   optind = 1;  // getopt keeps state across calls; start over
@@ -300,8 +315,8 @@ bool parse_options(int argc, char** argv, Options* o) {
   if (optind == argc) return say_problem(options_problem(*o));
   o->job_file = argv[optind];
   if (run_flag.empty()) return true;
-  std::fprintf(stderr, "gpufile bench: %s: a job file holds every run setting; only -J and "
-                       "--json go with it\n", run_flag.c_str());
+  std::fprintf(stderr, "gpufile bench: %s: a job file holds every run setting; only -J, "
+                       "--json and --start-at go with it\n", run_flag.c_str());
   return false;
 }
 

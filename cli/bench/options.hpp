@@ -71,6 +71,9 @@ struct Options {
   std::vector<int> sweep_threads;  // --sweep-threads
   std::string csv_path;            // --csv: a row per measurement
   bool per_job_stats = false;      // -J: with a job file, each job's line before the total
+  // --start-at: the clock starts at this moment (seconds since the epoch) once set-up is done,
+  // so that processes started together time the same stretch; 0: as soon as set-up is done.
+  double start_at = 0;
   std::string job_file;            // `gpufile bench JOBFILE`: every run setting comes from it
   bool help = false;
 };

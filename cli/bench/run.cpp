@@ -1,6 +1,8 @@
 #include "cli/bench/run.hpp"
 
 #include <algorithm>
+#include <atomic>
+#include <chrono>
 #include <cerrno>
 #include <cstdio>
 #include <functional>
@@ -82,6 +84,26 @@ void pin_to_node(RunState& run) {
 }
 
 namespace {
+
+// --start-at: sleeps until that moment. A process whose set-up ended after it says by how much
+// (it timed a stretch alone, before or after the others).
+void wait_for_start_at(double epoch) {
+  if (epoch <= 0) return;
+  using namespace std::chrono;
+  const auto at =
+      system_clock::time_point(duration_cast<system_clock::duration>(duration<double>(epoch)));
+  const auto now = system_clock::now();
+  if (now < at) {
+    std::this_thread::sleep_until(at);
+    return;
+  }
+  // Said once: a sweep's later points all start after the moment, as they should.
+  static std::atomic<bool> said{false};
+  const double late = duration<double>(now - at).count();
+  if (late > 0.01 && !said.exchange(true))
+    std::fprintf(stderr,
+                 "gpufile bench: set-up ended %.3f s after --start-at: this run began late\n", late);
+}
 
 bool settled(RunState& run, const Lane& lane, const Block& b, Mover& mover) {
   if (mover.settle()) return true;
@@ -201,6 +223,7 @@ std::optional<Result> measure_run(const Gpu& gpu, const Options& o, IoType type,
   std::optional<ProgressLine> progress;
   const auto start = [&] {
     if (hooks.at_start && !hooks.at_start()) return run.fail(hooks.cancelled), false;
+    wait_for_start_at(o.start_at);
     run.start();
     if (hooks.progress && progress_wanted(o)) progress.emplace(run, true);
     return true;

@@ -182,6 +182,33 @@ def slow_setup_is_not_timed(path):
               f"one IO with slow setup: the time is the IO's, not the setup's: {doc}")
 
 
+def start_at_gates_the_clock(path, tmp):
+    """--start-at EPOCH: set-up first, then the clock starts at that moment (processes started
+    together time the same stretch). A moment 1.5 s ahead: the process lasts at least until
+    then and its one-IO run's time is the IO's, not the wait; a moment past: the run goes at
+    once and says it began late; a job file takes it too; a bad value is a usage error."""
+    import time
+    at = time.time() + 1.5
+    r = bench("-f", path, "-s", MIB, "-i", MIB, "-x", 0, "--json", "--start-at", f"{at:.3f}")
+    ended = time.time()
+    if check(r.returncode == 0, f"--start-at ahead: rc {r.returncode}: {r.stderr}"):
+        check(ended >= at, f"--start-at ahead: the run ended {at - ended:.3f} s before the moment")
+        doc = json_results(r)[0]
+        check(doc["total_time_s"] < 1.0, f"--start-at: the wait is not timed: {doc['total_time_s']}")
+        check("began late" not in r.stderr, f"--start-at ahead: no late note: {r.stderr}")
+    late = bench("-f", path, "-s", MIB, "-i", MIB, "-x", 0, "--start-at", f"{time.time() - 5:.3f}")
+    check(late.returncode == 0 and "began late" in late.stderr and result_lines(late.stdout),
+          f"--start-at past: runs at once and says so: rc {late.returncode}: {late.stderr}")
+    job = os.path.join(tmp, "start-at.gdsio")
+    write_job_file(job, f"[global]\nxfer_type=0\nrw=read\nbs=1M\nsize=1M\n\n[one]\nfilename={path}\n")
+    at = time.time() + 1.0
+    r = bench("--start-at", f"{at:.3f}", job)
+    check(r.returncode == 0 and time.time() >= at, f"--start-at with a job file: rc {r.returncode}: {r.stderr}")
+    for bad in ("soon", "0", "-3", "1e400"):
+        r = bench("-f", path, "-s", MIB, "-i", MIB, "--start-at", bad)
+        check(r.returncode == 2 and "--start-at" in r.stderr, f"--start-at {bad}: rc {r.returncode}: {r.stderr}")
+
+
 def per_thread_files_and_json(tmp):
     w = bench("-D", tmp, "-s", 4 * MIB, "-i", MIB, "-w", THREADS, "-x", 6, "-I", 1, "--json")
     check(w.returncode == 0, f"-D write: {w.stderr}")
@@ -606,7 +633,7 @@ def bad_job_files(tmp):
     r = bench(os.path.join(tmp, "missing.gdsio"))
     check(r.returncode == 2 and "cannot read the job file" in r.stderr, f"missing: {r.stderr}")
     r = bench("-s", "1M", os.path.join(tmp, "bad0.gdsio"))
-    check(r.returncode == 2 and "only -J and --json" in r.stderr, f"flags with a file: {r.stderr}")
+    check(r.returncode == 2 and "only -J, --json and --start-at" in r.stderr, f"flags with a file: {r.stderr}")
 
 
 def shipped_examples(tmp):
@@ -658,6 +685,7 @@ def main():
             stale_data_is_caught(path)
             slow_copies_still_land(path)
             slow_setup_is_not_timed(path)
+            start_at_gates_the_clock(path, tmp)
             per_thread_files_and_json(tmp)
             json_is_one_document(tmp)
             progress_line(path)
