@@ -121,12 +121,15 @@ int check(int argc, char** argv) {
   if (r.cache_dma_budget > 0) {
     if (r.long_read_windows_from > 0)
       std::printf("            reads of %llu MiB or more make the windows of bytes read before "
-                  "(several GPUs share this host)\n",
-                  static_cast<unsigned long long>(r.long_read_windows_from >> 20));
+                  "(several GPUs share this host: %s)\n",
+                  static_cast<unsigned long long>(r.long_read_windows_from >> 20),
+                  r.sharing_why.c_str());
+    else if (r.gpus_share_host)
+      std::printf("            only reads of up to four slabs make windows "
+                  "(gpufile.pagecache_dma_long_read_mb is 0)\n");
     else
-      std::printf("            only reads of up to four slabs make windows (%s)\n",
-                  r.gpus_share_host ? "gpufile.pagecache_dma_long_read_mb is 0"
-                                    : "one GPU alone on this host: its link takes staged bytes");
+      std::printf("            only reads of up to four slabs make windows (one GPU alone on "
+                  "this host, its link takes staged bytes: %s)\n", r.sharing_why.c_str());
   }
   cuFileHandleDeregister(h);
   ::close(fd);

@@ -392,9 +392,8 @@ route::LoadFacts load_facts(const Session& s, const exec::Job& job, unsigned cal
     // takes staged bytes at 94% of host-to-device and making the windows halves the speed of
     // the reading that makes them. A first reading makes none: registering as it went, a fresh
     // process's read of a warm 4 GiB file ran at 39.9 GiB/s against 46.3 staged (H200).
-    const uint64_t long_read = s.long_read_windows_from();
-    f.windows_to_make =
-        !f.from_page_cache && p == Plan::wanted && long_read > 0 && job.len >= long_read;
+    f.windows_to_make = !f.from_page_cache && p == Plan::wanted &&
+                        s.long_read_makes_windows(job.len, job.mem.device);
   }
   return f;
 }

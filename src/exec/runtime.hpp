@@ -109,6 +109,7 @@ class Runtime {
     // (Session::long_read_windows_from); 0: they do not.
     uint64_t long_read_windows_from = 0;
     bool gpus_share_host = false;
+    std::string sharing_why;  // why gpus_share_host is what it is (exec::HostSharing::why)
     // Path 5: whether a large aligned read into GPU memory goes through NVIDIA's library, and
     // why; the state of that library in the session; NVIDIA's refusal of this file, if any.
     route::VendorChoice vendor;

@@ -12,6 +12,7 @@
 #include "core/laps.hpp"
 #include "core/log.hpp"
 #include "cuda/driver.hpp"
+#include "cuda/nvml.hpp"
 #include "exec/budget.hpp"
 #include "exec/memory_room.hpp"
 #include "exec/placement.hpp"
@@ -313,7 +314,9 @@ Error start_session(Session& s) {
   if (s.gpu) open_vendor(s);
   else s.vendor_why = "no GPU";
   const double vendor_ms = laps.lap();
-  s.gpus_share_host = s.gpu && (cuda::driver()->device_count > 1 || local_world > 1);
+  s.sharing = std::make_unique<exec::HostSharing>(
+      s.gpu, local_world, s.gpu ? cuda::driver()->device_count : 0,
+      [] { return cuda::nvml_other_compute_processes(static_cast<unsigned>(getpid())); });
   if (s.gpu && s.settings.pagecache_dma_mb > 0)
     s.pagecache_dma = std::make_shared<exec::PageCacheDma>(
         exec::pagecache_dma_budget(uint64_t{s.settings.pagecache_dma_mb} << 20,

@@ -19,6 +19,7 @@
 #include "exec/cache_windows.hpp"
 #include "exec/caller.hpp"
 #include "exec/executor.hpp"
+#include "exec/host_sharing.hpp"
 #include "exec/job.hpp"
 #include "route/route.hpp"
 #include "vendor/nvidia.hpp"
@@ -79,14 +80,21 @@ struct Session {
   exec::StagingPool remote; // remote reads into GPU memory: one buffer per ranged GET in flight
   exec::StagingPool uploads; // S3 writers' part buffers (api/remote_file.cpp), of one upload part
   bool gpu = false;
-  // The process sees several GPUs, or its launcher says other processes of its job share the
-  // host (LOCAL_WORLD_SIZE and the like): host memory is then shared by several GPUs' staging,
-  // and long reads make page-cache windows (gpufile.pagecache_dma_long_read_mb).
-  bool gpus_share_host = false;
-  // The shortest read that makes the windows of bytes read before as it goes: where GPUs share
-  // the host, gpufile.pagecache_dma_long_read_mb; 0: no read that long makes them.
+  // Whether other GPUs share the host's memory with this process's staging (a launcher's
+  // variables, this process's own GPUs, NVML's list of the host's processes): long reads then
+  // make page-cache windows (gpufile.pagecache_dma_long_read_mb).
+  std::unique_ptr<exec::HostSharing> sharing;
+  bool gpus_share_host(int device = -1) const { return sharing && sharing->shared(device); }
+  // Whether a read of `len` bytes into GPU `device` makes the windows of bytes read before as
+  // it goes: at least gpufile.pagecache_dma_long_read_mb long (0: none is), where GPUs share
+  // the host. Asks HostSharing only for reads that long (it takes a lock).
+  bool long_read_makes_windows(uint64_t len, int device) const {
+    const uint64_t from = uint64_t{settings.pagecache_dma_long_read_mb} << 20;
+    return from > 0 && len >= from && gpus_share_host(device);
+  }
+  // The shortest read that makes them now (gpufile check); 0: none does.
   uint64_t long_read_windows_from() const {
-    return gpus_share_host ? uint64_t{settings.pagecache_dma_long_read_mb} << 20 : 0;
+    return gpus_share_host() ? uint64_t{settings.pagecache_dma_long_read_mb} << 20 : 0;
   }
   std::string placement_why;  // the NUMA placement decision, in one sentence
   std::atomic<int> inflight{0};

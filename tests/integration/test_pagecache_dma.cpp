@@ -493,6 +493,63 @@ TEST_F(LongReadWindows, OneGpuAloneOnTheHostMakesNone) {
   EXPECT_EQ(read_bytes_by(Path::page_cache_dma), dma_before) << "a lone GPU's long readings made windows";
 }
 
+// ---- processes that no launcher announced (capi.pagecache_dma_nvml: the NVML test double) ------
+
+// A process that no launcher started beside others (no LOCAL_WORLD_SIZE) and that sees one GPU
+// asks NVML whether other processes use the host's GPUs (exec::HostSharing): its long readings
+// make windows where they do, and stay staged where it is alone or NVML cannot tell.
+class NvmlPeers : public LongReadWindows {
+ protected:
+  void SetUp() override {
+    const char* nvml = std::getenv("GPUFILE_NVML_LIBRARY");
+    if (nvml == nullptr || std::string(nvml).find("fakenvml") == std::string::npos)
+      GTEST_SKIP() << "needs the NVML test double (capi.pagecache_dma_nvml)";
+    LongReadWindows::SetUp();
+    if (IsSkipped()) return;
+    unsetenv("LOCAL_WORLD_SIZE");
+    int gpus = 0;
+    ASSERT_EQ(drv()->DeviceGetCount(&gpus), cu::CUDA_SUCCESS);
+    if (gpus != 1) GTEST_SKIP() << "the test double shows " << gpus << " GPUs";
+  }
+  void TearDown() override {
+    unsetenv("FAKENVML_PROCESSES");
+    LongReadWindows::TearDown();
+  }
+
+  // Page-cache DMA bytes of the third of three whole readings of a 160 MiB file, in a session
+  // opened with NVML listing `processes` (FAKENVML_PROCESSES).
+  uint64_t third_reading_from_windows(const char* processes) {
+    setenv("FAKENVML_PROCESSES", processes, 1);
+    open_session();
+    const std::string big = dir_.file("peers.bin");
+    std::vector<uint8_t> bytes;
+    make_file(big, test_seed() * 37, 160 * MiB, &bytes);
+    Handle h(big, O_RDONLY);
+    uint64_t dma = 0;
+    for (int reading = 1; reading <= 3; ++reading) {
+      dma = read_bytes_by(Path::page_cache_dma);
+      EXPECT_EQ(read_and_check(h, bytes, 0, bytes.size(), bytes.size()), "") << "reading " << reading;
+    }
+    return read_bytes_by(Path::page_cache_dma) - dma;
+  }
+};
+
+TEST_F(NvmlPeers, AnotherProcessOnTheHostsGpusMeansWindows) {
+  EXPECT_GT(third_reading_from_windows("self;4242"), 0u) << "another process on GPU 1";
+}
+
+TEST_F(NvmlPeers, AloneOnTheHostMeansNone) {
+  EXPECT_EQ(third_reading_from_windows("self;"), 0u) << "nobody else on either GPU";
+}
+
+TEST_F(NvmlPeers, WhereNvmlCannotTellOneGpuMeansNone) {
+  // This process's PID missing from the list: NVML numbers PIDs of another namespace.
+  EXPECT_EQ(third_reading_from_windows("4242;4343"), 0u);
+  setenv("FAKENVML_FAIL", "processes", 1);
+  EXPECT_EQ(third_reading_from_windows("self;4242"), 0u);
+  unsetenv("FAKENVML_FAIL");
+}
+
 // The driver refusing a registration midway (the second window of three, on the second
 // reading): the read is whole,
 // the file is staged from then on until it changes, and nothing stays registered after it.

@@ -1,19 +1,27 @@
-// libnvidia-ml.so.1 test double: the three NVML calls gpufile makes (src/cuda/nvml.cpp).
+// libnvidia-ml.so.1 test double: the NVML calls gpufile makes (src/cuda/nvml.cpp).
 //
 // Read at every call, so a test can change them as it goes:
-//   FAKENVML_BAR1  the GPUs it knows, "PCI address=MiB[,...]" (default "0000:10:00.0=131072":
-//                  the CUDA test double's device 0, with the H100 machine's BAR1 of 128 GiB)
-//   FAKENVML_FAIL  init, handle or bar1: that call fails (NVML_ERROR_UNKNOWN)
+//   FAKENVML_BAR1       the GPUs it knows, "PCI address=MiB[,...]" (default "0000:10:00.0=131072":
+//                       the CUDA test double's device 0, with the H100 machine's BAR1 of 128 GiB)
+//   FAKENVML_PROCESSES  the host's GPUs and the PIDs with a compute context on each: GPUs
+//                       separated by ';', PIDs by ','; "self" is the calling process's PID
+//                       ("self;4242": this process on GPU 0, another on GPU 1; "" or unset: one
+//                       GPU with none)
+//   FAKENVML_FAIL       init, handle, bar1 or processes: that call fails (NVML_ERROR_UNKNOWN)
 // fakenvml_last_bus_id() is the PCI address the last handle lookup asked for.
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <string>
+#include <vector>
+
+#include <unistd.h>
 
 namespace {
 
-constexpr int kSuccess = 0, kNotFound = 6, kUnknown = 999, kUninitialized = 1;
+constexpr int kSuccess = 0, kUninitialized = 1, kInvalidArgument = 2, kNotFound = 6,
+              kInsufficientSize = 7, kUnknown = 999;
 
 bool initialised = false;
 char last_bus_id[64] = "";
@@ -46,6 +54,26 @@ unsigned long long listed_mib(const char* bus_id) {
   return 0;
 }
 
+// FAKENVML_PROCESSES as a list of GPUs, each its PIDs.
+std::vector<std::vector<unsigned>> gpus_processes() {
+  const char* env = std::getenv("FAKENVML_PROCESSES");
+  std::string text = env ? env : "";
+  std::vector<std::vector<unsigned>> gpus(1);
+  std::string item;
+  auto take = [&] {
+    if (item == "self") gpus.back().push_back(static_cast<unsigned>(getpid()));
+    else if (!item.empty()) gpus.back().push_back(static_cast<unsigned>(std::strtoul(item.c_str(), nullptr, 10)));
+    item.clear();
+  };
+  for (char c : text) {
+    if (c == ',' || c == ';') take();
+    if (c == ';') gpus.emplace_back();
+    if (c != ',' && c != ';') item += c;
+  }
+  take();
+  return gpus;
+}
+
 }  // namespace
 
 extern "C" {
@@ -76,6 +104,45 @@ int nvmlDeviceGetBAR1MemoryInfo(nvmlDevice_st* dev, nvmlBAR1Memory_t* bar) {
   if (fails("bar1")) return kUnknown;
   const unsigned long long bytes = static_cast<unsigned long long>(reinterpret_cast<uintptr_t>(dev)) << 20;
   *bar = {bytes, bytes - (16ull << 20), 16ull << 20};
+  return kSuccess;
+}
+
+int nvmlDeviceGetCount_v2(unsigned* count) {
+  if (!initialised) return kUninitialized;
+  *count = static_cast<unsigned>(gpus_processes().size());
+  return kSuccess;
+}
+
+// Handles of the process list: index + 1 (never null).
+int nvmlDeviceGetHandleByIndex_v2(unsigned index, nvmlDevice_st** dev) {
+  if (!initialised) return kUninitialized;
+  if (index >= gpus_processes().size()) return kInvalidArgument;
+  *dev = reinterpret_cast<nvmlDevice_st*>(static_cast<uintptr_t>(index + 1));
+  return kSuccess;
+}
+
+struct nvmlProcessInfo_t {
+  unsigned int pid;
+  unsigned long long usedGpuMemory;
+  unsigned int gpuInstanceId;
+  unsigned int computeInstanceId;
+};
+
+// As NVML: *count 0 (or too small) asks for the number, answered with INSUFFICIENT_SIZE; SUCCESS
+// with none running.
+int nvmlDeviceGetComputeRunningProcesses_v3(nvmlDevice_st* dev, unsigned* count, nvmlProcessInfo_t* infos) {
+  if (!initialised) return kUninitialized;
+  if (fails("processes")) return kUnknown;
+  const auto gpus = gpus_processes();
+  const uintptr_t index = reinterpret_cast<uintptr_t>(dev) - 1;
+  if (index >= gpus.size()) return kInvalidArgument;
+  const std::vector<unsigned>& pids = gpus[index];
+  if (*count < pids.size()) {
+    *count = static_cast<unsigned>(pids.size());
+    return pids.empty() ? kSuccess : kInsufficientSize;
+  }
+  for (size_t i = 0; i < pids.size(); ++i) infos[i] = {pids[i], 64ull << 20, 0xFFFFFFFFu, 0xFFFFFFFFu};
+  *count = static_cast<unsigned>(pids.size());
   return kSuccess;
 }
 

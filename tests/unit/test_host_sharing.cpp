@@ -1,0 +1,78 @@
+// Whether other GPUs share the host's memory (src/exec/host_sharing.hpp), which decides whether
+// long reads make page-cache windows: the launcher's word, this process's own GPUs, NVML's count
+// of the host's other processes, the fallback where NVML cannot tell, and how long an answer is
+// kept.
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <optional>
+#include <thread>
+
+#include "exec/host_sharing.hpp"
+
+using gpufile::exec::HostSharing;
+using namespace std::chrono_literals;
+
+namespace {
+
+// NVML as the tests set it: `others` answered, each call counted.
+struct FakeNvml {
+  std::optional<unsigned> others;
+  int calls = 0;
+  HostSharing::CountOthers ask() {
+    return [this] {
+      ++calls;
+      return others;
+    };
+  }
+};
+
+TEST(HostSharing, TheLaunchersWordNeedsNoNvml) {
+  FakeNvml nvml{0u};
+  HostSharing h(/*gpu=*/true, /*local_world=*/4, /*devices=*/1, nvml.ask());
+  EXPECT_TRUE(h.shared(0));
+  EXPECT_EQ(nvml.calls, 0);
+  EXPECT_NE(h.why().find("one of 4 processes"), std::string::npos) << h.why();
+}
+
+TEST(HostSharing, NvmlsOtherProcessesDecideForAProcessNobodyAnnounced) {
+  FakeNvml nvml{2u};
+  HostSharing busy(true, 1, 1, nvml.ask());
+  EXPECT_TRUE(busy.shared(0)) << "two other processes on the host's GPUs";
+  FakeNvml alone{0u};
+  HostSharing lone(true, 1, /*devices=*/4, alone.ask());
+  EXPECT_FALSE(lone.shared(2)) << "a process alone on a four-GPU host: staged bytes keep up";
+  EXPECT_NE(lone.why().find("no other process"), std::string::npos) << lone.why();
+}
+
+TEST(HostSharing, AProcessReadingIntoTwoGpusSharesTheHostWithItself) {
+  FakeNvml nvml{0u};
+  HostSharing h(true, 1, 4, nvml.ask());
+  EXPECT_FALSE(h.shared(0));
+  EXPECT_FALSE(h.shared(0));
+  EXPECT_TRUE(h.shared(3)) << "reads into GPUs 0 and 3";
+  EXPECT_TRUE(h.shared(-1));
+  EXPECT_NE(h.why().find("reads into 2 GPUs"), std::string::npos) << h.why();
+}
+
+TEST(HostSharing, WhereNvmlCannotTellSeveralGpusSeenCountAsShared) {
+  FakeNvml unknown{std::nullopt};
+  EXPECT_TRUE(HostSharing(true, 1, 2, unknown.ask()).shared(0));
+  EXPECT_FALSE(HostSharing(true, 1, 1, unknown.ask()).shared(0));
+  EXPECT_TRUE(HostSharing(true, 1, 2, nullptr).shared(-1)) << "no NVML at all: as unknown";
+  EXPECT_FALSE(HostSharing(/*gpu=*/false, 8, 2, unknown.ask()).shared(0)) << "no GPU";
+}
+
+TEST(HostSharing, AnAnswerIsKeptForItsTimeThenAskedAgain) {
+  FakeNvml nvml{0u};
+  HostSharing h(true, 1, 1, nvml.ask(), 500ms);
+  EXPECT_FALSE(h.shared(0));
+  nvml.others = 1;  // a peer opened its GPU
+  EXPECT_FALSE(h.shared(0)) << "asked again within the time an answer is kept";
+  EXPECT_EQ(nvml.calls, 1);
+  std::this_thread::sleep_for(550ms);
+  EXPECT_TRUE(h.shared(0)) << "a peer that came later is found";
+  EXPECT_EQ(nvml.calls, 2);
+}
+
+}  // namespace
