@@ -6,46 +6,73 @@
 namespace gpufile::exec {
 
 HostSharing::HostSharing(bool gpu, unsigned local_world, int devices, CountOthers count_others,
-                         Clock::duration keep)
+                         Clock::duration keep, bool background)
     : gpu_(gpu),
       local_world_(local_world),
       devices_(devices),
       count_others_(std::move(count_others)),
-      keep_(keep) {}
+      keep_(keep),
+      background_(background) {}
+
+HostSharing::~HostSharing() {
+  std::unique_lock lock(mu_);
+  answered_.wait(lock, [&] { return !asking_; });
+  lock.unlock();
+  if (asker_.joinable()) asker_.join();
+}
+
+void HostSharing::ask() {
+  std::unique_lock lock(mu_);
+  if (!asking_) asked_.reset();
+  ask_if_stale(lock);
+}
 
 bool HostSharing::shared(int device) {
-  std::lock_guard lock(mu_);
-  if (device >= 0 && device < 64 && (read_into_ >> device & 1) == 0) {
-    read_into_ |= uint64_t{1} << device;
-    asked_.reset();  // a GPU more may change the answer
-  }
-  return current().shared;
+  std::unique_lock lock(mu_);
+  if (device >= 0 && device < 64) read_into_ |= uint64_t{1} << device;
+  ask_if_stale(lock);
+  return decide().shared;
 }
 
 std::string HostSharing::why() {
-  std::lock_guard lock(mu_);
-  return current().why;
+  std::unique_lock lock(mu_);
+  ask_if_stale(lock);
+  answered_.wait_for(lock, std::chrono::seconds(1), [&] { return !asking_; });
+  return decide().why;
 }
 
-const HostSharing::Answer& HostSharing::current() {
+void HostSharing::ask_if_stale(std::unique_lock<std::mutex>& lock) {
+  if (!gpu_ || local_world_ > 1 || !count_others_ || asking_) return;  // no question, or one out
   const Clock::time_point now = Clock::now();
-  if (!asked_ || now - *asked_ >= keep_) {
-    answer_ = decide();
-    asked_ = now;
+  if (asked_ && now - *asked_ < keep_) return;
+  asked_ = now;
+  asking_ = true;
+  if (!background_) {
+    lock.unlock();
+    take_answer(count_others_());
+    lock.lock();
+    return;
   }
-  return answer_;
+  if (asker_.joinable()) asker_.join();  // done: asking_ was false
+  asker_ = std::thread([this] { take_answer(count_others_()); });
 }
 
-HostSharing::Answer HostSharing::decide() {
+void HostSharing::take_answer(std::optional<unsigned> others) {
+  std::lock_guard lock(mu_);
+  others_ = others;
+  asking_ = false;
+  answered_.notify_all();
+}
+
+HostSharing::Answer HostSharing::decide() const {
   if (!gpu_) return {false, "no GPU"};
   if (local_world_ > 1)
     return {true, "one of " + std::to_string(local_world_) + " processes of its job on this host"};
   if (const int own = std::popcount(read_into_); own > 1)
     return {true, "this process reads into " + std::to_string(own) + " GPUs"};
-  const std::optional<unsigned> others = count_others_ ? count_others_() : std::nullopt;
-  if (others && *others > 0)
-    return {true, std::to_string(*others) + " other process(es) on this host's GPUs (NVML)"};
-  if (others) return {false, "no other process on this host's GPUs (NVML)"};
+  if (others_ && *others_ > 0)
+    return {true, std::to_string(*others_) + " other process(es) on this host's GPUs (NVML)"};
+  if (others_) return {false, "no other process on this host's GPUs (NVML)"};
   if (devices_ > 1)
     return {true, "it sees " + std::to_string(devices_) +
                       " GPUs, and NVML cannot tell whether other processes use them"};

@@ -11,16 +11,21 @@
 // hides, shows any other process: processes that a launcher did not start together find each
 // other that way. Where NVML cannot tell (missing, failing, or listing PIDs of another PID
 // namespace), a process that sees several GPUs is taken to share the host, as if the others
-// were busy. NVML's answer is kept for a second: the peers of a service started beside it may
-// open their GPUs after it, and processes come and go.
+// were busy. NVML is asked on a thread of its own, never on a read's: loading and initialising
+// it took 45-80 ms on a four-H200 host, which a read that asked it paid (a 4 GiB reading went
+// from 47 to 25-31 GiB/s). Until its first answer, the rule without NVML holds; each answer is
+// kept for a second, then asked again: the peers of a service started beside it may open their
+// GPUs after it, and processes come and go.
 #pragma once
 
 #include <chrono>
+#include <condition_variable>
 #include <cstdint>
 #include <functional>
 #include <mutex>
 #include <optional>
 #include <string>
+#include <thread>
 
 namespace gpufile::exec {
 
@@ -31,13 +36,20 @@ class HostSharing {
   using CountOthers = std::function<std::optional<unsigned>()>;
   using Clock = std::chrono::steady_clock;
 
+  // `background`: NVML is asked on a thread of its own (the library); false: on the caller's
+  // (unit tests, which need the answer at once).
   HostSharing(bool gpu, unsigned local_world, int devices, CountOthers count_others,
-              Clock::duration keep = std::chrono::seconds(1));
+              Clock::duration keep = std::chrono::seconds(1), bool background = true);
+  ~HostSharing();
+  HostSharing(const HostSharing&) = delete;
+  HostSharing& operator=(const HostSharing&) = delete;
 
+  // Asks NVML now (a session does at its open, so that the answer is there by its reads).
+  void ask();
   // Whether the host's memory is shared with other GPUs now, for a read into GPU `device`
-  // (counted among the GPUs this process reads into; -1: none).
+  // (counted among the GPUs this process reads into; -1: none). Never waits for NVML.
   bool shared(int device = -1);
-  // Why, in a few words, for `gpufile check`.
+  // Why, in a few words, for `gpufile check` (which waits up to a second for NVML's answer).
   std::string why();
 
  private:
@@ -45,18 +57,23 @@ class HostSharing {
     bool shared = false;
     std::string why;
   };
-  Answer decide();
-  const Answer& current();  // mu_ held
+  Answer decide() const;                            // mu_ held
+  void ask_if_stale(std::unique_lock<std::mutex>&);  // mu_ held
+  void take_answer(std::optional<unsigned> others);
 
   const bool gpu_;
   const unsigned local_world_;
   const int devices_;
   const CountOthers count_others_;
   const Clock::duration keep_;
+  const bool background_;
   std::mutex mu_;
-  uint64_t read_into_ = 0;  // bit g: a read went into GPU g (ordinals 0-63)
-  Answer answer_;
-  std::optional<Clock::time_point> asked_;
+  std::condition_variable answered_;
+  uint64_t read_into_ = 0;              // bit g: a read went into GPU g (ordinals 0-63)
+  std::optional<unsigned> others_;      // NVML's last count; nullopt: it cannot tell (or not yet)
+  std::optional<Clock::time_point> asked_;  // when the last question was put
+  bool asking_ = false;
+  std::thread asker_;
 };
 
 }  // namespace gpufile::exec
