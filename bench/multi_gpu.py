@@ -175,9 +175,11 @@ class Run:
         for io, threads, timed in BENCH_SHAPES:
             name, flags = self.shape_name(io, threads, timed), self.bench_flags(io, threads, timed)
             # Every process's clock starts at one moment after its set-up (a context, the
-            # session, its buffers): started only together, a one-pass run (about 0.1 s a GPU)
-            # overlapped the others by chance, and their rates summed as if it had not.
-            start = ["--start-at", f"{time.time() + 4 + 0.25 * self.gpus:.3f}"] if self.gpus > 1 else []
+            # session, its buffers: 4 GiB of them took over 5 s on 4 H200s): started only
+            # together, a one-pass run (about 0.1 s a GPU) overlapped the others by chance, and
+            # their rates summed as if it had not.
+            lead = 4 + 0.25 * self.gpus + 1.5 * min(io, self.size) / GIB
+            start = ["--start-at", f"{time.time() + lead:.3f}"] if self.gpus > 1 else []
             cmds = [[self.tool("gpufile"), "bench", "-f", f, "-d", str(g), *flags, "--json", *start]
                     for g, f in enumerate(self.files)]
             procs = self.shell.run_together(cmds, [self.env(g) for g in range(self.gpus)], limit)
