@@ -12,56 +12,62 @@ HostSharing::HostSharing(bool gpu, unsigned local_world, int devices, CountOther
       devices_(devices),
       count_others_(std::move(count_others)),
       keep_(keep),
-      background_(background) {}
+      background_(background),
+      state_(std::make_shared<State>()) {}
 
 HostSharing::~HostSharing() {
-  std::unique_lock lock(mu_);
-  answered_.wait(lock, [&] { return !asking_; });
+  std::unique_lock lock(state_->mu);
+  const bool done = state_->answered.wait_for(lock, std::chrono::seconds(2),
+                                              [&] { return !state_->asking; });
   lock.unlock();
-  if (asker_.joinable()) asker_.join();
+  if (!asker_.joinable()) return;
+  if (done)
+    asker_.join();
+  else
+    asker_.detach();  // it holds State and a copy of the question, nothing of this object
 }
 
 void HostSharing::ask() {
-  std::unique_lock lock(mu_);
-  if (!asking_) asked_.reset();
+  std::unique_lock lock(state_->mu);
+  if (!state_->asking) asked_.reset();
   ask_if_stale(lock);
 }
 
 bool HostSharing::shared(int device) {
-  std::unique_lock lock(mu_);
+  std::unique_lock lock(state_->mu);
   if (device >= 0 && device < 64) read_into_ |= uint64_t{1} << device;
   ask_if_stale(lock);
   return decide().shared;
 }
 
 std::string HostSharing::why() {
-  std::unique_lock lock(mu_);
+  std::unique_lock lock(state_->mu);
   ask_if_stale(lock);
-  answered_.wait_for(lock, std::chrono::seconds(1), [&] { return !asking_; });
+  state_->answered.wait_for(lock, std::chrono::seconds(1), [&] { return !state_->asking; });
   return decide().why;
 }
 
 void HostSharing::ask_if_stale(std::unique_lock<std::mutex>& lock) {
-  if (!gpu_ || local_world_ > 1 || !count_others_ || asking_) return;  // no question, or one out
+  if (!gpu_ || local_world_ > 1 || !count_others_ || state_->asking) return;
   const Clock::time_point now = Clock::now();
   if (asked_ && now - *asked_ < keep_) return;
   asked_ = now;
-  asking_ = true;
+  state_->asking = true;
+  auto put = [state = state_, count = count_others_] {
+    std::optional<unsigned> others = count();
+    std::lock_guard held(state->mu);
+    state->others = others;
+    state->asking = false;
+    state->answered.notify_all();
+  };
   if (!background_) {
     lock.unlock();
-    take_answer(count_others_());
+    put();
     lock.lock();
     return;
   }
-  if (asker_.joinable()) asker_.join();  // done: asking_ was false
-  asker_ = std::thread([this] { take_answer(count_others_()); });
-}
-
-void HostSharing::take_answer(std::optional<unsigned> others) {
-  std::lock_guard lock(mu_);
-  others_ = others;
-  asking_ = false;
-  answered_.notify_all();
+  if (asker_.joinable()) asker_.join();  // done: no question was out
+  asker_ = std::thread(std::move(put));
 }
 
 HostSharing::Answer HostSharing::decide() const {
@@ -70,9 +76,10 @@ HostSharing::Answer HostSharing::decide() const {
     return {true, "one of " + std::to_string(local_world_) + " processes of its job on this host"};
   if (const int own = std::popcount(read_into_); own > 1)
     return {true, "this process reads into " + std::to_string(own) + " GPUs"};
-  if (others_ && *others_ > 0)
-    return {true, std::to_string(*others_) + " other process(es) on this host's GPUs (NVML)"};
-  if (others_) return {false, "no other process on this host's GPUs (NVML)"};
+  const std::optional<unsigned>& others = state_->others;
+  if (others && *others > 0)
+    return {true, std::to_string(*others) + " other process(es) on this host's GPUs (NVML)"};
+  if (others) return {false, "no other process on this host's GPUs (NVML)"};
   if (devices_ > 1)
     return {true, "it sees " + std::to_string(devices_) +
                       " GPUs, and NVML cannot tell whether other processes use them"};

@@ -22,6 +22,7 @@
 #include <condition_variable>
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <mutex>
 #include <optional>
 #include <string>
@@ -40,6 +41,9 @@ class HostSharing {
   // (unit tests, which need the answer at once).
   HostSharing(bool gpu, unsigned local_world, int devices, CountOthers count_others,
               Clock::duration keep = std::chrono::seconds(1), bool background = true);
+  // Waits up to two seconds for a question still out, then leaves it to finish on its own: NVML
+  // may never answer in a child forked while its parent's question was out (its locks held by
+  // a thread that the child does not have), and a session's close must not hang on that.
   ~HostSharing();
   HostSharing(const HostSharing&) = delete;
   HostSharing& operator=(const HostSharing&) = delete;
@@ -57,9 +61,15 @@ class HostSharing {
     bool shared = false;
     std::string why;
   };
-  Answer decide() const;                            // mu_ held
-  void ask_if_stale(std::unique_lock<std::mutex>&);  // mu_ held
-  void take_answer(std::optional<unsigned> others);
+  // What the asking thread shares with this object, and keeps alive if it outlives it.
+  struct State {
+    std::mutex mu;
+    std::condition_variable answered;
+    std::optional<unsigned> others;  // NVML's last count; nullopt: it cannot tell (or not yet)
+    bool asking = false;
+  };
+  Answer decide() const;                            // state_->mu held
+  void ask_if_stale(std::unique_lock<std::mutex>&);  // state_->mu held
 
   const bool gpu_;
   const unsigned local_world_;
@@ -67,12 +77,9 @@ class HostSharing {
   const CountOthers count_others_;
   const Clock::duration keep_;
   const bool background_;
-  std::mutex mu_;
-  std::condition_variable answered_;
-  uint64_t read_into_ = 0;              // bit g: a read went into GPU g (ordinals 0-63)
-  std::optional<unsigned> others_;      // NVML's last count; nullopt: it cannot tell (or not yet)
+  const std::shared_ptr<State> state_;
+  uint64_t read_into_ = 0;                  // bit g: a read went into GPU g (ordinals 0-63)
   std::optional<Clock::time_point> asked_;  // when the last question was put
-  bool asking_ = false;
   std::thread asker_;
 };
 

@@ -99,4 +99,28 @@ TEST(HostSharing, NvmlIsAskedOnAThreadOfItsOwnAndNoReadWaits) {
   EXPECT_FALSE(h.shared(0));
 }
 
+// A question that never comes back (NVML stuck in a forked child) does not hang the close: the
+// destructor waits two seconds, then leaves the thread, which touches nothing of the object, to
+// finish on its own.
+TEST(HostSharing, AQuestionThatNeverComesBackDoesNotHangTheClose) {
+  auto gate = std::make_shared<std::pair<std::mutex, std::condition_variable>>();
+  auto open = std::make_shared<bool>(false);
+  const auto t0 = std::chrono::steady_clock::now();
+  {
+    HostSharing h(true, 1, 1, [gate, open]() -> std::optional<unsigned> {
+      std::unique_lock lock(gate->first);
+      gate->second.wait(lock, [&] { return *open; });
+      return 1u;
+    });
+    h.ask();
+    EXPECT_FALSE(h.shared(0)) << "one GPU seen, no answer yet";
+  }
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, 10s) << "the close waited for NVML";
+  {
+    std::lock_guard lock(gate->first);
+    *open = true;
+  }
+  gate->second.notify_all();  // the left thread ends, on state it owns a share of
+}
+
 }  // namespace
