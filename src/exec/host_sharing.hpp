@@ -1,5 +1,5 @@
 // Whether other GPUs' processes share this host's memory with this process's reads: it decides
-// whether long reads make page-cache windows (Session::long_read_windows_from). A staged byte
+// whether long reads make page-cache windows (Session::long_read_makes_windows). A staged byte
 // crosses host memory three times, a byte copied out of a window once; one GPU alone takes
 // staged bytes near its link's speed, and making the windows costs the reading that makes them
 // half its speed or more, so they pay only where several GPUs' staging competes for host memory

@@ -203,8 +203,8 @@ Error Runtime::explain_file(void* handle, FileReport* out) {
   out->cache = h->cache;
   out->cache_room = h->cache_facts.room;
   out->cache_dma_budget = s->pagecache_dma ? s->pagecache_dma->budget() : 0;
+  if (s->sharing) out->sharing_why = s->sharing->why();  // first: it waits for NVML's answer
   out->gpus_share_host = s->gpus_share_host();
-  if (s->sharing) out->sharing_why = s->sharing->why();
   if (out->cache_dma_budget > 0) out->long_read_windows_from = s->long_read_windows_from();
   explain_vendor(*s, *h, out);
   return Error::none();

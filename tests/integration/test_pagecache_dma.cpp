@@ -512,14 +512,21 @@ class NvmlPeers : public LongReadWindows {
     if (gpus != 1) GTEST_SKIP() << "the test double shows " << gpus << " GPUs";
   }
   void TearDown() override {
+    session_.reset();
     unsetenv("FAKENVML_PROCESSES");
+    unsetenv("FAKENVML_FAIL");
     LongReadWindows::TearDown();
   }
 
   // Page-cache DMA bytes of the third of three whole readings of a 160 MiB file, in a session
-  // opened with NVML listing `processes` (FAKENVML_PROCESSES).
-  uint64_t third_reading_from_windows(const char* processes) {
+  // opened with NVML listing `processes` (FAKENVML_PROCESSES), its process list failing where
+  // `fails`. The environment is changed with no session open: a session's thread reads it when
+  // it asks NVML.
+  uint64_t third_reading_from_windows(const char* processes, bool fails = false) {
+    session_.reset();
     setenv("FAKENVML_PROCESSES", processes, 1);
+    if (fails) setenv("FAKENVML_FAIL", "processes", 1);
+    else unsetenv("FAKENVML_FAIL");
     open_session();
     const std::string big = dir_.file("peers.bin");
     std::vector<uint8_t> bytes;
@@ -545,9 +552,7 @@ TEST_F(NvmlPeers, AloneOnTheHostMeansNone) {
 TEST_F(NvmlPeers, WhereNvmlCannotTellOneGpuMeansNone) {
   // This process's PID missing from the list: NVML numbers PIDs of another namespace.
   EXPECT_EQ(third_reading_from_windows("4242;4343"), 0u);
-  setenv("FAKENVML_FAIL", "processes", 1);
-  EXPECT_EQ(third_reading_from_windows("self;4242"), 0u);
-  unsetenv("FAKENVML_FAIL");
+  EXPECT_EQ(third_reading_from_windows("self;4242", /*fails=*/true), 0u);
 }
 
 // The driver refusing a registration midway (the second window of three, on the second
