@@ -5,9 +5,10 @@
 # 4 GiB file. Rows: `gpufile bench -x 0` with -i 16M -w 8 -T 6, -i 4M -w 16 -T 6, -i 4G -w 1 -T 6
 # and -i 1G -w 1 (one pass), each as a process per GPU started together and as one process for
 # all GPUs (a gdsio job file, one job per GPU); Python `gpufile.open(f).read(cupy array)` of the
-# whole file, first call in a fresh process and best of 5 after (--rounds), as a process per GPU, one process
-# with a thread per GPU, and one process alone (that row against GPU 0's pinned ceiling measured
-# alone, in the same run); examples/tp_load.py --into --compare under
+# whole file, first call in a fresh process and best of 5 after (--rounds), as a process per GPU, the
+# same with each process seeing only its GPU (CUDA_VISIBLE_DEVICES, no launcher variables), one
+# process with a thread per GPU, and one process alone (that row against GPU 0's pinned ceiling
+# measured alone, in the same run); examples/tp_load.py --into --compare under
 # torchrun (each rank's part, and load_file of the whole checkpoint on every rank), two fresh
 # starts. bench/multi_gpu.py's docstring says what each row measures.
 #

@@ -14,7 +14,9 @@ Each GPU g reads its own warm file DIR/gpufile-gpu<g>.bin (4 GiB). Rows, in orde
                   per GPU: the total line)
   python          gpufile.open(f).read(cupy array of the whole file): first call in a fresh process,
                   then the best of --rounds (5); a process per GPU (every read starts together, across
-                  processes), one process with a thread per GPU, and one process alone on the host
+                  processes), the same with each process seeing only its GPU (CUDA_VISIBLE_DEVICES:
+                  processes that no launcher announced, finding each other through NVML), one process
+                  with a thread per GPU, and one process alone on the host
   tp_load         examples/tp_load.py --into --compare under torchrun, one rank per GPU: each
                   rank's part (load_into; the slowest rank against its part's bytes over its share
                   of the ceiling) and load_file of the whole checkpoint on every rank (GB/s summed)
@@ -224,6 +226,16 @@ class Run:
         self.python_row(name, "a process per GPU",
                         self.shell.run_together(cmds, [self.env(g) for g in range(self.gpus)], limit))
         shutil.rmtree(barrier, ignore_errors=True)
+        if self.gpus > 1 and not self.a.quick:
+            # Each process sees only its GPU and no launcher variable: whether they find each
+            # other (exec::HostSharing asks NVML) shows in the rounds after the first call.
+            barrier = tempfile.mkdtemp(prefix="gpufile-barrier-")
+            seen = [dict(s, gpu=0, me=g, barrier=barrier) for g, s in enumerate(specs)]
+            cmds = [[sys.executable, os.path.abspath(__file__), "worker", json.dumps(s)] for s in seen]
+            envs = [dict(self.env(g), CUDA_VISIBLE_DEVICES=str(g)) for g in range(self.gpus)]
+            self.python_row(name, "a process per GPU, each seeing only its GPU",
+                            self.shell.run_together(cmds, envs, limit))
+            shutil.rmtree(barrier, ignore_errors=True)
         if self.gpus > 1:
             spec = {"paths": self.files, "size": self.size, "rounds": self.rounds}
             cmd = [sys.executable, os.path.abspath(__file__), "threads", json.dumps(spec)]
@@ -417,7 +429,8 @@ def file_barrier(directory, parties, me):
 
 
 def worker(spec):
-    wait = file_barrier(spec["barrier"], spec["parties"], spec["gpu"]) if spec["parties"] > 1 else (lambda: None)
+    me = spec.get("me", spec["gpu"])  # its name at the barrier: the GPU, unless all see device 0
+    wait = file_barrier(spec["barrier"], spec["parties"], me) if spec["parties"] > 1 else (lambda: None)
     print("RESULT " + json.dumps([read_rounds(spec["path"], spec["gpu"], spec["size"], wait,
                                               spec.get("rounds", 3))]), flush=True)
 
