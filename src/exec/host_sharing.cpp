@@ -47,6 +47,11 @@ std::string HostSharing::why() {
   return decide().why;
 }
 
+void HostSharing::settle(std::chrono::milliseconds most) {
+  std::unique_lock lock(state_->mu);
+  state_->answered.wait_for(lock, most, [&] { return !state_->asking; });
+}
+
 void HostSharing::ask_if_stale(std::unique_lock<std::mutex>& lock) {
   if (!gpu_ || local_world_ > 1 || !count_others_ || state_->asking) return;
   const Clock::time_point now = Clock::now();

@@ -55,6 +55,9 @@ class HostSharing {
   bool shared(int device = -1);
   // Why, in a few words, for `gpufile check` (which waits up to a second for NVML's answer).
   std::string why();
+  // Waits up to `most` for a question out to NVML to come back: before fork(), so that no
+  // thread of this process is inside NVML, holding its locks, while the child is copied.
+  void settle(std::chrono::milliseconds most);
 
  private:
   struct Answer {

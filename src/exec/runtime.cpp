@@ -50,6 +50,9 @@ Runtime::Runtime() {
 void Runtime::before_fork() {
   mu_.lock();
   exec::park_workers_for_fork();
+  // A child copied while the session's question to NVML is out would find NVML's locks held
+  // by a thread it does not have, and hang in its first NVML call.
+  if (session_ && session_->sharing) session_->sharing->settle(std::chrono::seconds(2));
 }
 
 void Runtime::after_fork_in_parent() {

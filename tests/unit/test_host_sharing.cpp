@@ -90,11 +90,16 @@ TEST(HostSharing, NvmlIsAskedOnAThreadOfItsOwnAndNoReadWaits) {
   });
   h.ask();
   EXPECT_TRUE(h.shared(0)) << "NVML not answered yet: four GPUs seen count as shared";
+  const auto t0 = std::chrono::steady_clock::now();
+  h.settle(50ms);  // what fork()'s preparation does: a bounded wait for the question out
+  EXPECT_GE(std::chrono::steady_clock::now() - t0, 50ms) << "settle returned with the question out";
   {
     std::lock_guard lock(mu);
     release = true;
   }
   cv.notify_all();
+  h.settle(10s);
+  EXPECT_FALSE(h.shared(0)) << "settled: NVML's answer is in";
   EXPECT_NE(h.why().find("no other process"), std::string::npos) << h.why();
   EXPECT_FALSE(h.shared(0));
 }
