@@ -15,17 +15,7 @@ HostSharing::HostSharing(bool gpu, unsigned local_world, int devices, CountOther
       background_(background),
       state_(std::make_shared<State>()) {}
 
-HostSharing::~HostSharing() {
-  std::unique_lock lock(state_->mu);
-  const bool done = state_->answered.wait_for(lock, std::chrono::seconds(2),
-                                              [&] { return !state_->asking; });
-  lock.unlock();
-  if (!asker_.joinable()) return;
-  if (done)
-    asker_.join();
-  else
-    asker_.detach();  // it holds State and a copy of the question, nothing of this object
-}
+HostSharing::~HostSharing() { settle(std::chrono::seconds(2)); }
 
 void HostSharing::ask() {
   std::unique_lock lock(state_->mu);
@@ -71,8 +61,7 @@ void HostSharing::ask_if_stale(std::unique_lock<std::mutex>& lock) {
     lock.lock();
     return;
   }
-  if (asker_.joinable()) asker_.join();  // done: no question was out
-  asker_ = std::thread(std::move(put));
+  std::thread(std::move(put)).detach();
 }
 
 HostSharing::Answer HostSharing::decide() const {

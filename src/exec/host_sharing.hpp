@@ -43,7 +43,10 @@ class HostSharing {
               Clock::duration keep = std::chrono::seconds(1), bool background = true);
   // Waits up to two seconds for a question still out, then leaves it to finish on its own: NVML
   // may never answer in a child forked while its parent's question was out (its locks held by
-  // a thread that the child does not have), and a session's close must not hang on that.
+  // a thread that the child does not have), and a session's close must not hang on that. The
+  // asking thread is detached from the start: it holds only State and a copy of the question,
+  // and a session that is never closed (a process that exits with it open) leaves no thread to
+  // join.
   ~HostSharing();
   HostSharing(const HostSharing&) = delete;
   HostSharing& operator=(const HostSharing&) = delete;
@@ -83,7 +86,6 @@ class HostSharing {
   const std::shared_ptr<State> state_;
   uint64_t read_into_ = 0;                  // bit g: a read went into GPU g (ordinals 0-63)
   std::optional<Clock::time_point> asked_;  // when the last question was put
-  std::thread asker_;
 };
 
 }  // namespace gpufile::exec
