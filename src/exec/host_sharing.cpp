@@ -15,16 +15,19 @@ HostSharing::HostSharing(bool gpu, unsigned local_world, int devices, CountOther
       background_(background),
       state_(std::make_shared<State>()) {}
 
-HostSharing::~HostSharing() { settle(std::chrono::seconds(2)); }
+HostSharing::~HostSharing() {
+  settle(std::chrono::seconds(2));
+  if (asker_.joinable()) asker_.detach();  // still asking: it holds State, nothing of this
+}
 
 void HostSharing::ask() {
   std::unique_lock lock(state_->mu);
-  if (!state_->asking) asked_.reset();
-  ask_if_stale(lock);
+  if (!asked_) ask_if_stale(lock);
 }
 
 bool HostSharing::shared(int device) {
   std::unique_lock lock(state_->mu);
+  join_if_answered();
   if (device >= 0 && device < 64) read_into_ |= uint64_t{1} << device;
   ask_if_stale(lock);
   return decide().shared;
@@ -34,12 +37,19 @@ std::string HostSharing::why() {
   std::unique_lock lock(state_->mu);
   ask_if_stale(lock);
   state_->answered.wait_for(lock, std::chrono::seconds(1), [&] { return !state_->asking; });
+  join_if_answered();
   return decide().why;
+}
+
+void HostSharing::join_if_answered() {
+  // It has set asking false under the lock held here and only returns after that.
+  if (!state_->asking && asker_.joinable()) asker_.join();
 }
 
 void HostSharing::settle(std::chrono::milliseconds most) {
   std::unique_lock lock(state_->mu);
   state_->answered.wait_for(lock, most, [&] { return !state_->asking; });
+  join_if_answered();
 }
 
 void HostSharing::ask_if_stale(std::unique_lock<std::mutex>& lock) {
@@ -61,7 +71,8 @@ void HostSharing::ask_if_stale(std::unique_lock<std::mutex>& lock) {
     lock.lock();
     return;
   }
-  std::thread(std::move(put)).detach();
+  join_if_answered();
+  asker_ = std::thread(std::move(put));
 }
 
 HostSharing::Answer HostSharing::decide() const {

@@ -13,9 +13,11 @@
 // namespace), a process that sees several GPUs is taken to share the host, as if the others
 // were busy. NVML is asked on a thread of its own, never on a read's: loading and initialising
 // it took 45-80 ms on a four-H200 host, which a read that asked it paid (a 4 GiB reading went
-// from 47 to 25-31 GiB/s). Until its first answer, the rule without NVML holds; each answer is
-// kept for a second, then asked again: the peers of a service started beside it may open their
-// GPUs after it, and processes come and go.
+// from 47 to 25-31 GiB/s). It is first asked by a process's first long read (which makes no
+// windows: a first reading never does), so that processes that make none never load NVML;
+// until its first answer, the rule without NVML holds. Each answer is kept for a second, then
+// asked again: the peers of a service started beside it may open their GPUs after it, and
+// processes come and go.
 #pragma once
 
 #include <chrono>
@@ -43,15 +45,13 @@ class HostSharing {
               Clock::duration keep = std::chrono::seconds(1), bool background = true);
   // Waits up to two seconds for a question still out, then leaves it to finish on its own: NVML
   // may never answer in a child forked while its parent's question was out (its locks held by
-  // a thread that the child does not have), and a session's close must not hang on that. The
-  // asking thread is detached from the start: it holds only State and a copy of the question,
-  // and a session that is never closed (a process that exits with it open) leaves no thread to
-  // join.
+  // a thread that the child does not have), and a session's close must not hang on that.
   ~HostSharing();
   HostSharing(const HostSharing&) = delete;
   HostSharing& operator=(const HostSharing&) = delete;
 
-  // Asks NVML now (a session does at its open, so that the answer is there by its reads).
+  // Asks NVML unless it was asked already (a process's first long read does, so that the
+  // answer is there by its second reading).
   void ask();
   // Whether the host's memory is shared with other GPUs now, for a read into GPU `device`
   // (counted among the GPUs this process reads into; -1: none). Never waits for NVML.
@@ -76,6 +76,7 @@ class HostSharing {
   };
   Answer decide() const;                            // state_->mu held
   void ask_if_stale(std::unique_lock<std::mutex>&);  // state_->mu held
+  void join_if_answered();                           // state_->mu held
 
   const bool gpu_;
   const unsigned local_world_;
@@ -86,6 +87,7 @@ class HostSharing {
   const std::shared_ptr<State> state_;
   uint64_t read_into_ = 0;                  // bit g: a read went into GPU g (ordinals 0-63)
   std::optional<Clock::time_point> asked_;  // when the last question was put
+  std::thread asker_;  // joined once it has answered (a leftover thread is a leak to TSan)
 };
 
 }  // namespace gpufile::exec

@@ -385,6 +385,7 @@ route::LoadFacts load_facts(const Session& s, const exec::Job& job, unsigned cal
   // short one also when it is to make them (exec::FileWindows::plan_read): making them one
   // after another on one thread, a long read is better staged meanwhile.
   if (job.windows != nullptr) {
+    s.note_long_read(job.len);
     using Plan = exec::FileWindows::ReadPlan;
     const Plan p = job.windows->plan_read(job.file_off, job.len, job.file_size);
     f.from_page_cache =

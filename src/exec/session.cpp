@@ -317,7 +317,6 @@ Error start_session(Session& s) {
   s.sharing = std::make_unique<exec::HostSharing>(
       s.gpu, local_world, s.gpu ? cuda::driver()->device_count : 0,
       [] { return cuda::nvml_other_compute_processes(static_cast<unsigned>(getpid())); });
-  s.sharing->ask();  // on a thread of its own: the answer is there by the second reading
   if (s.gpu && s.settings.pagecache_dma_mb > 0)
     s.pagecache_dma = std::make_shared<exec::PageCacheDma>(
         exec::pagecache_dma_budget(uint64_t{s.settings.pagecache_dma_mb} << 20,

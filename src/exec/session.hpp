@@ -92,6 +92,12 @@ struct Session {
     const uint64_t from = uint64_t{settings.pagecache_dma_long_read_mb} << 20;
     return from > 0 && len >= from && gpus_share_host(device);
   }
+  // A long read's first reading: puts the question to NVML (once), so that its answer is there
+  // by the second reading, when windows may be made.
+  void note_long_read(uint64_t len) const {
+    const uint64_t from = uint64_t{settings.pagecache_dma_long_read_mb} << 20;
+    if (sharing && from > 0 && len >= from) sharing->ask();
+  }
   // The shortest read that makes them now (gpufile check); 0: none does.
   uint64_t long_read_windows_from() const {
     return gpus_share_host() ? uint64_t{settings.pagecache_dma_long_read_mb} << 20 : 0;
