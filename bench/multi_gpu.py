@@ -218,24 +218,18 @@ class Run:
     def python(self):
         self.say("Python: gpufile.open(f).read(cupy array)")
         limit = 180
-        barrier = tempfile.mkdtemp(prefix="gpufile-barrier-")  # the readers' arrivals, as files
         name = f"Python File.read of {benchlib.human(self.size)}"
-        specs = [{"path": f, "gpu": g, "size": self.size, "barrier": barrier, "parties": self.gpus,
+        specs = [{"path": f, "gpu": g, "size": self.size, "parties": self.gpus,
                   "rounds": self.rounds} for g, f in enumerate(self.files)]
-        cmds = [[sys.executable, os.path.abspath(__file__), "worker", json.dumps(s)] for s in specs]
-        self.python_row(name, "a process per GPU",
-                        self.shell.run_together(cmds, [self.env(g) for g in range(self.gpus)], limit))
-        shutil.rmtree(barrier, ignore_errors=True)
+        self.per_gpu_python_row(name, "a process per GPU", specs,
+                                [self.env(g) for g in range(self.gpus)], limit)
         if self.gpus > 1 and not self.a.quick:
             # Each process sees only its GPU and no launcher variable: whether they find each
             # other (exec::HostSharing asks NVML) shows in the rounds after the first call.
-            barrier = tempfile.mkdtemp(prefix="gpufile-barrier-")
-            seen = [dict(s, gpu=0, me=g, barrier=barrier) for g, s in enumerate(specs)]
-            cmds = [[sys.executable, os.path.abspath(__file__), "worker", json.dumps(s)] for s in seen]
-            envs = [dict(self.env(g), CUDA_VISIBLE_DEVICES=str(g)) for g in range(self.gpus)]
-            self.python_row(name, "a process per GPU, each seeing only its GPU",
-                            self.shell.run_together(cmds, envs, limit))
-            shutil.rmtree(barrier, ignore_errors=True)
+            self.per_gpu_python_row(name, "a process per GPU, each seeing only its GPU",
+                                    [dict(s, gpu=0, me=g) for g, s in enumerate(specs)],
+                                    [dict(self.env(g), CUDA_VISIBLE_DEVICES=str(g)) for g in range(self.gpus)],
+                                    limit)
         if self.gpus > 1:
             spec = {"paths": self.files, "size": self.size, "rounds": self.rounds}
             cmd = [sys.executable, os.path.abspath(__file__), "threads", json.dumps(spec)]
@@ -245,6 +239,15 @@ class Run:
                 cmd = [sys.executable, os.path.abspath(__file__), "worker", json.dumps(solo)]
                 self.python_row(name, "GPU 0's process alone on the host", [self.shell.run(cmd, timeout=limit)],
                                 alone=True)
+
+    def per_gpu_python_row(self, name, how, specs, envs, limit):
+        """A worker process per spec, started together, every read of theirs starting together
+        (a barrier of files in a fresh directory)."""
+        barrier = tempfile.mkdtemp(prefix="gpufile-barrier-")  # the readers' arrivals, as files
+        cmds = [[sys.executable, os.path.abspath(__file__), "worker", json.dumps(dict(s, barrier=barrier))]
+                for s in specs]
+        self.python_row(name, how, self.shell.run_together(cmds, envs, limit))
+        shutil.rmtree(barrier, ignore_errors=True)
 
     def python_row(self, name, how, procs, alone=False):
         results = []

@@ -89,19 +89,18 @@ struct Session {
   // it goes: at least gpufile.pagecache_dma_long_read_mb long (0: none is), where GPUs share
   // the host. Asks HostSharing only for reads that long (it takes a lock).
   bool long_read_makes_windows(uint64_t len, int device) const {
-    const uint64_t from = uint64_t{settings.pagecache_dma_long_read_mb} << 20;
-    return from > 0 && len >= from && gpus_share_host(device);
+    return is_long_read(len) && gpus_share_host(device);
   }
   // A long read's first reading: puts the question to NVML (once), so that its answer is there
   // by the second reading, when windows may be made.
   void note_long_read(uint64_t len) const {
-    const uint64_t from = uint64_t{settings.pagecache_dma_long_read_mb} << 20;
-    if (sharing && from > 0 && len >= from) sharing->ask();
+    if (sharing && is_long_read(len)) sharing->ask();
   }
   // The shortest read that makes them now (gpufile check); 0: none does.
-  uint64_t long_read_windows_from() const {
-    return gpus_share_host() ? uint64_t{settings.pagecache_dma_long_read_mb} << 20 : 0;
-  }
+  uint64_t long_read_windows_from() const { return gpus_share_host() ? long_read_bytes() : 0; }
+  // gpufile.pagecache_dma_long_read_mb in bytes; 0: no read is long enough.
+  uint64_t long_read_bytes() const { return uint64_t{settings.pagecache_dma_long_read_mb} << 20; }
+  bool is_long_read(uint64_t len) const { return long_read_bytes() > 0 && len >= long_read_bytes(); }
   std::string placement_why;  // the NUMA placement decision, in one sentence
   std::atomic<int> inflight{0};
   std::atomic<int> sync_calls{0};  // synchronous calls in Runtime::run right now
