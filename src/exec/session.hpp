@@ -100,7 +100,9 @@ struct Session {
   uint64_t long_read_windows_from() const { return gpus_share_host() ? long_read_bytes() : 0; }
   // gpufile.pagecache_dma_long_read_mb in bytes; 0: no read is long enough.
   uint64_t long_read_bytes() const { return uint64_t{settings.pagecache_dma_long_read_mb} << 20; }
-  bool is_long_read(uint64_t len) const { return long_read_bytes() > 0 && len >= long_read_bytes(); }
+  bool is_long_read(uint64_t len) const {
+    return long_read_bytes() > 0 && len >= long_read_bytes();
+  }
   std::string placement_why;  // the NUMA placement decision, in one sentence
   std::atomic<int> inflight{0};
   std::atomic<int> sync_calls{0};  // synchronous calls in Runtime::run right now
