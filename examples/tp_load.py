@@ -7,8 +7,10 @@ Each rank reads only its part of every split tensor of a sharded checkpoint
 (model.safetensors.index.json) straight into its GPU: `load_sharded` allocates the parts,
 `--into` fills parts allocated beforehand, as a serving framework's model holds them
 (`load_into`, no second allocation). A part split along columns (o_proj, down_proj) is one short
-run per row in the file: it is read through the rows' span and scattered into place on the GPU;
-`--per-run` reads it run by run instead, as gpufile did before, to compare the two. `--compare`
+run per row in the file: where the page cache holds the rows, only the part's runs are gathered
+out of it and copied to the GPU; elsewhere the rows' span is read and the part placed on the GPU.
+`--span` reads every such part through its span, `--per-run` run by run (as gpufile once did),
+to compare. `--compare`
 then times each rank loading the whole checkpoint (`load_file`), what a loader without tensor
 parallelism does. `--make-gb N` first writes a synthetic Llama-style checkpoint of about N GB
 there, if none is there yet.
@@ -133,15 +135,19 @@ def main() -> None:
     p.add_argument("--check", action="store_true", help="compare each part with the whole checkpoint's slice")
     p.add_argument("--per-run", action="store_true",
                    help="read column-split parts one run (row) at a time, not through their span")
+    p.add_argument("--span", action="store_true",
+                   help="read column-split parts through their span even where the page cache holds them")
     p.add_argument("--backend", default="nccl" if torch.cuda.is_available() else "gloo")
     p.add_argument("--hidden", type=int, default=4096, help="synthetic checkpoint: hidden size (Llama 3 8B's)")
     p.add_argument("--intermediate", type=int, default=14336, help="synthetic checkpoint: MLP size")
     p.add_argument("--vocab", type=int, default=32000, help="synthetic checkpoint: vocabulary")
     args = p.parse_args()
 
-    if args.per_run:
+    if args.per_run or args.span:
         from gpufile import _scatter
-        _scatter.SPAN_RUN_BYTES = 0  # no part goes through a span: one read per run
+        if args.per_run:
+            _scatter.SPAN_RUN_BYTES = 0  # no part goes through a span: one read per run
+        _scatter.GATHER = "never"  # no part is gathered out of the page cache
     dist.init_process_group(args.backend)
     rank, world = dist.get_rank(), dist.get_world_size()
     local_rank = int(os.environ.get("LOCAL_RANK", rank))
@@ -156,7 +162,7 @@ def main() -> None:
         make_checkpoint(args.checkpoint, args.make_gb, device, args.hidden, args.intermediate, args.vocab)
     dist.barrier()
 
-    how = ", run by run" if args.per_run else ""
+    how = ", run by run" if args.per_run else ", through spans" if args.span else ""
     if args.into:
         parts = empty_parts(args.checkpoint, rank, world, device)
         seconds = timed(lambda: gst.load_into(parts, args.checkpoint, split=split_dim, rank=rank, world_size=world),

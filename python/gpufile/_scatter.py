@@ -17,6 +17,13 @@ placed from there with one strided copy:
   PCIe; it is left for when PCIe turns out to be the limit (docs/python.md, "Not done yet").
 - Host destinations: staging in host memory, then one NumPy strided copy (no NumPy: run by run).
 
+Parts for the GPU whose span the page cache holds are gathered instead (GATHER): gpufile reads
+the part's runs out of the page cache into pinned staging on the CPU, packed, and copies them to
+the GPU (gpufile.File._pread_rows_ptr, src/exec/gather.hpp). Only the part's bytes cross host
+memory and the link, where a span read moves world_size times as many: on a host with several
+GPUs, host memory is what bounds a tensor-parallel load (docs/performance.md, "The host model").
+Spans not cached are read as above: one run at a time would wait for the disk run by run.
+
 Staging is bounded (STAGING_BYTES per destination device, in slots of one piece each), reused
 while the load runs and let go when it ends, after every copy out of it landed.
 """
@@ -42,6 +49,11 @@ STAGING_BYTES = 256 << 20
 MAX_IN_FLIGHT = 16
 
 HOST = -1  # the device number of host memory
+
+# Whether GPU parts are gathered out of the page cache (the docstring above): "auto" where the
+# page cache holds the piece's span, "never" (always through the span), "always" (whatever the
+# cache holds; for tests).
+GATHER = "auto"
 
 
 class Scatter(NamedTuple):
@@ -77,6 +89,27 @@ def pieces(p: Placement) -> List[Placement]:
     """`p` cut along its outer dimensions into pieces whose spans are at most PIECE_BYTES; a
     piece left with a single run is read straight into its place (through_span is false)."""
     return list(split(p, PIECE_BYTES))
+
+
+def gathers(f: Any, s: Scatter) -> bool:
+    """Whether piece `s` is gathered out of the page cache by the open file `f` (GATHER): a GPU
+    destination laid out row after row, a local file, its span cached."""
+    if GATHER == "never" or s.device == HOST or not _packed(s.placement):
+        return False
+    cached = getattr(f, "_cached", None)  # remote objects have no page cache
+    if cached is None:
+        return False
+    return GATHER == "always" or cached(s.file_offset + s.placement.src_offset, s.span) is True
+
+
+def _packed(p: Placement) -> bool:
+    """Whether `p`'s runs lie end to end in the destination, in order."""
+    step = p.run
+    for n, stride in zip(reversed(p.counts), reversed(p.dst_strides)):
+        if stride != step:
+            return False
+        step *= n
+    return True
 
 
 def direct_reads(p: Placement) -> List[Tuple[int, int, int]]:
@@ -139,11 +172,21 @@ class Spans:
 
     def read(self, f: Any, s: Scatter) -> None:
         """Starts reading `s` from the open gpufile.File `f`; its runs are placed once it ended."""
+        if gathers(f, s):
+            return self._gather(f, s)
         st = self._staging[s.device]
         slot = self._slot(st, s)
         n = s.span
         future = f.pread_ptr(st.addr + slot, n, s.file_offset + s.placement.src_offset)
         self._pending.append((future, n, s.what, lambda: self._place(st, slot, s)))
+
+    def _gather(self, f: Any, s: Scatter) -> None:
+        while len(self._pending) >= MAX_IN_FLIGHT:
+            self._finish_oldest()
+        p = s.placement
+        future = f._pread_rows_ptr(s.dest_ptr + p.dst_offset, p.run, list(p.counts), list(p.src_strides),
+                                   s.file_offset + p.src_offset)
+        self._pending.append((future, p.rows * p.run, s.what, _nothing))
 
     def finish(self) -> None:
         """Waits for every read and copy (also after a failure), lets the staging go, and raises
@@ -200,6 +243,10 @@ class Spans:
             ticket = st.copier.copy(s.dest_ptr + p.dst_offset, st.addr + slot, p.run, list(p.counts),
                                     list(p.dst_strides), list(p.src_strides))
         st.free.append((slot, ticket))
+
+
+def _nothing() -> None:
+    pass
 
 
 def _host_rows(dest_ptr: int, staging: Any, slot: int, p: Placement) -> None:

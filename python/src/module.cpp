@@ -24,6 +24,7 @@
 #include "cuda/memory.hpp"
 #include "device_buffer.hpp"
 #include "errors.hpp"
+#include "exec/gather.hpp"
 #include "exec/runtime.hpp"
 #include "rows.hpp"
 
@@ -247,6 +248,27 @@ class PyFile {
     }
     if (e) raise(e, kind == sys::IoKind::read ? "read_async" : "write_async", file_->path().c_str());
     return new StreamFuture(std::move(b), std::move(op), file_->path());
+  }
+
+  // A read of rows of the file packed into memory at `addr` (exec/gather.hpp); the caller keeps
+  // the memory alive until the future is done.
+  PyFuture* start_rows(uintptr_t addr, uint64_t run, const std::vector<uint64_t>& counts,
+                       const std::vector<uint64_t>& strides, uint64_t file_offset) {
+    check_open(sys::IoKind::read);
+    exec::FileRows rows{file_offset, run, counts, strides};
+    std::unique_ptr<api::Future> f;
+    Error e;
+    {
+      nb::gil_scoped_release unlocked;
+      e = file_->start_rows(reinterpret_cast<const void*>(addr), rows, &f);
+    }
+    if (e) raise(e, "pread_rows", file_->path().c_str());
+    return new PyFuture(std::move(f), nullptr);
+  }
+
+  std::optional<bool> cached(uint64_t offset, uint64_t length) const {
+    check_open();
+    return file_->cached(offset, length);
   }
 
  private:
@@ -561,6 +583,13 @@ NB_MODULE(_gpufile, m) {
              return f.start_raw(sys::IoKind::write, addr, size, file_offset);
            },
            "ptr"_a, "size"_a, "file_offset"_a = 0, nb::rv_policy::take_ownership)
+      .def("_pread_rows_ptr", &PyFile::start_rows, "ptr"_a, "run"_a, "counts"_a, "strides"_a, "file_offset"_a,
+           nb::rv_policy::take_ownership,
+           "Reads rows of `run` bytes, counts[k] of them strides[k] bytes apart along each outer "
+           "dimension from file_offset, packed into memory at ptr (host or device); a Future of "
+           "the bytes read. For loaders of parts of tensors: rows the page cache holds.")
+      .def("_cached", &PyFile::cached, "offset"_a, "length"_a,
+           "Whether the page cache holds every byte of the range; None where the kernel cannot say.")
       .def("read_async",
            [](PyFile& f, nb::handle buf, nb::handle stream, std::optional<uint64_t> size, int64_t file_offset, uint64_t buf_offset) {
              return f.start_on_stream(sys::IoKind::read, buf, stream, size, file_offset, buf_offset);

@@ -9,6 +9,7 @@
 #include <thread>
 
 #include "core/stats.hpp"
+#include "exec/gather.hpp"
 #include "exec/remote_pool.hpp"
 #include "sys/os.hpp"
 
@@ -208,6 +209,39 @@ Error File::start(sys::IoKind kind, const void* buf, uint64_t size, int64_t file
   Runtime::instance().submit(*raw);
   *out = std::move(f);
   return Error::none();
+}
+
+// Gathers are CPU work, a few milliseconds each: as many run at once as loaders keep in flight
+// (python/gpufile/_scatter.py keeps 16).
+constexpr unsigned kGatherThreads = 16;
+
+Error File::start_rows(const void* buf, const exec::FileRows& rows, std::unique_ptr<Future>* out) {
+  if (fd_ < 0) return Error::sys(EBADF);
+  if (Error e = rows.check()) return e;
+  const uint64_t t0 = stats::call_started();
+  std::unique_ptr<Io> io;
+  if (Error e = Runtime::instance().prepare(sys::IoKind::read, handle_, buf, rows.bytes(),
+                                            static_cast<int64_t>(rows.first), 0, &io)) {
+    Runtime::count_call(sys::IoKind::read, IoResult{0, e}, t0);
+    return e;
+  }
+  exec::RemotePool::instance().allow(kGatherThreads);
+  // The task holds the Io (and with it the file's and the session's in-flight counts) until
+  // after the Future is done, as start()'s callback does.
+  std::shared_ptr<Io> held(io.release());
+  *out = Future::spawn([held, rows, t0](std::string*) {
+    const IoResult r = Runtime::instance().read_rows(*held, rows);
+    Runtime::count_call(sys::IoKind::read, r, t0);
+    return r;
+  });
+  return Error::none();
+}
+
+std::optional<bool> File::cached(uint64_t offset, uint64_t length) const {
+  if (fd_ < 0 || length == 0) return std::nullopt;
+  sys::Residency r;
+  if (sys::os().cachestat(fd_, offset, length, &r) != 0) return std::nullopt;
+  return r.cached_pages >= r.total_pages;
 }
 
 }  // namespace gpufile::api

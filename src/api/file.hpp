@@ -17,6 +17,10 @@
 #include "core/error.hpp"
 #include "exec/runtime.hpp"
 
+namespace gpufile::exec {
+struct FileRows;
+}
+
 namespace gpufile::api {
 
 // open(2) flags for a Python-style mode ("r", "r+", "w", "w+", "x", "x+", "a", "a+"; a "b" is
@@ -92,6 +96,16 @@ class File {
   // back here, not from the Future.
   Error start(sys::IoKind kind, const void* buf, uint64_t size, int64_t file_offset,
               std::unique_ptr<Future>* out, int64_t buf_offset = 0);
+
+  // Starts a read of `rows` of the file into memory at `buf` (host or device), packed row after
+  // row: rows.bytes() bytes (exec/gather.hpp says when that beats reading the rows' span). It
+  // runs on a thread of the pool Futures of remote reads use, not on the IO workers: the rows'
+  // kernel reads hold that thread, and the workers stay free for other reads meanwhile.
+  // Validation errors come back here, not from the Future.
+  Error start_rows(const void* buf, const exec::FileRows& rows, std::unique_ptr<Future>* out);
+  // Whether the page cache holds every byte of [offset, offset + length); nullopt where the
+  // kernel cannot say (cachestat(2) came with Linux 6.5).
+  std::optional<bool> cached(uint64_t offset, uint64_t length) const;
 
  private:
   File() = default;

@@ -16,6 +16,7 @@
 #include "cuda/memory.hpp"
 #include "exec/caller.hpp"
 #include "exec/driver_state.hpp"
+#include "exec/gather.hpp"
 #include "exec/session.hpp"
 
 namespace gpufile {
@@ -488,6 +489,13 @@ IoResult Runtime::run_on_this_thread(Io& io) {
   const uint64_t mine = exec::run_on_caller(job, exec::StagingLease());
   IoResult r = job.result();
   record(io, r, true, mine);
+  return r;
+}
+
+IoResult Runtime::read_rows(Io& io, const exec::FileRows& rows) {
+  if (io.job.len == 0) return {};
+  const IoResult r = exec::gather_rows(io.job, rows, io.session_->slabs);
+  record(io, r, /*one_piece_on_caller=*/false, r.bytes);  // under the page cache's path
   return r;
 }
 

@@ -29,6 +29,9 @@ struct Options;
 struct Failure;
 }  // namespace remote
 
+namespace exec {
+struct FileRows;
+}
 struct Session;
 struct FileHandle;
 struct BufferRegistration;
@@ -152,6 +155,9 @@ class Runtime {
   // Runs an Io whose memory is host memory entirely on this thread, with plain kernel IO and no
   // CUDA call at all, whatever its size: what a CUDA host function (stream op) may do.
   IoResult run_on_this_thread(Io& io);
+  // Runs a prepared read (of rows.first, rows.bytes() long) that gathers `rows` into its
+  // memory, on this thread (exec/gather.hpp); counted as a read of the page cache.
+  IoResult read_rows(Io& io, const exec::FileRows& rows);
   // Starts the Io; io.job.on_complete (set by the caller) fires when it is done. Never runs
   // inline: safe from threads that must not call CUDA (stream callbacks).
   void submit(Io& io);

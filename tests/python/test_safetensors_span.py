@@ -1,6 +1,7 @@
 """gpufile.safetensors: tensor-parallel parts that are many short runs in the file (a tensor
-split along a later dimension) are read through their span and scattered into place
-(python/gpufile/_scatter.py), instead of one read per run. Both paths, host and device
+split along a later dimension) are read through their span and scattered into place, or, for
+GPU destinations whose span the page cache holds, gathered run by run out of the page cache
+(python/gpufile/_scatter.py), instead of one read per run. Every path, host and device
 destinations (the CUDA driver's test double in CI), load_sharded, load_into and safe_open."""
 import ctypes
 import gc
@@ -24,14 +25,16 @@ SPLITS = [((37, 50), 0), ((37, 50), 1), ((5, 6, 33), 2), ((5, 6, 33), 1), ((4, 1
 DTYPES = [np.uint8, np.float16, np.float32]  # 1, 2 and 4 bytes
 
 
-@pytest.fixture(params=["span", "per-run"])
+@pytest.fixture(params=["span", "gather", "per-run"])
 def path(request, monkeypatch):
-    """Either path for every part: "span" (tiny pieces and staging, so that a part is many
-    pieces and slots are reused) or "per-run" (the span path off)."""
-    if request.param == "span":
+    """One path for every part: "span" (tiny pieces and staging, so that a part is many pieces
+    and slots are reused), "gather" (GPU parts gathered out of the page cache, in tiny pieces;
+    host parts as "span") or "per-run" (the span path off)."""
+    if request.param in ("span", "gather"):
         monkeypatch.setattr(_scatter, "SPAN_RUN_BYTES", 1 << 30)
         monkeypatch.setattr(_scatter, "PIECE_BYTES", 300)
         monkeypatch.setattr(_scatter, "STAGING_BYTES", 700)
+        monkeypatch.setattr(_scatter, "GATHER", "always" if request.param == "gather" else "never")
     else:
         monkeypatch.setattr(_scatter, "SPAN_RUN_BYTES", 0)
     return request.param
@@ -105,27 +108,67 @@ def test_safe_open_column_slices(tmp_path, rng, path, device):
 
 
 class CountingFile(gpufile.File):
-    """gpufile.File counting the reads the loader asks of it."""
+    """gpufile.File counting the reads the loader asks of it: plain reads, and gathers."""
     reads = 0
+    gathers = 0
 
     def pread_ptr(self, ptr, size, file_offset=0):
         CountingFile.reads += 1
         return super().pread_ptr(ptr, size, file_offset)
 
+    def _pread_rows_ptr(self, ptr, run, counts, strides, file_offset):
+        CountingFile.gathers += 1
+        return super()._pread_rows_ptr(ptr, run, counts, strides, file_offset)
 
-def read_calls(fn):
-    """How many reads fn() asks of the files gpufile.safetensors' loaders open (in _reading)."""
+
+def read_calls(fn, gathers=None):
+    """How many reads fn() asks of the files gpufile.safetensors' loaders open (in _reading);
+    with a list for `gathers`, how many gathers it asks is appended to it."""
     with pytest.MonkeyPatch.context() as m:
         m.setattr(_reading, "File", CountingFile)
-        CountingFile.reads = 0
+        CountingFile.reads = CountingFile.gathers = 0
         fn()
+    if gathers is not None:
+        gathers.append(CountingFile.gathers)
     return CountingFile.reads
 
 
+def drop_from_page_cache(path):
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fdatasync(fd)
+        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+    finally:
+        os.close(fd)
+
+
+@needs_gpu_driver
+def test_gpu_columns_are_gathered_where_the_page_cache_holds_them(tmp_path, rng):
+    # By default a GPU part whose span is cached is one gather (no span read); the same part of
+    # a file the page cache does not hold is one span read. Both land the same bytes. (4 MiB: the
+    # header's read and its readahead bring in only the file's first pages.)
+    t = write(tmp_path, rng, np.float32, [(2048, 512)])
+    path = tmp_path / "m.safetensors"
+    probe = gpufile.File(str(path))
+    if probe._cached(0, os.path.getsize(path)) is None:
+        pytest.skip("the kernel cannot say what the page cache holds (no cachestat)")
+    probe.close()
+    gathers = []
+    assert read_calls(lambda: assert_part(sharded(tmp_path, "cuda:0", 2, 1, {"t0": 1})["t0"], t["t0"], 1, 1, 2),
+                      gathers) == 0
+    assert gathers == [1]
+    drop_from_page_cache(path)
+    assert read_calls(lambda: assert_part(sharded(tmp_path, "cuda:0", 2, 1, {"t0": 1})["t0"], t["t0"], 1, 1, 2),
+                      gathers) == 1
+    assert gathers == [1, 0]
+
+
 @pytest.mark.parametrize("device", ["cpu", pytest.param("cuda:0", marks=needs_gpu_driver)])
-def test_columns_are_one_read_with_the_default_settings(tmp_path, rng, device):
+def test_columns_are_one_read_with_the_default_settings(tmp_path, rng, device, monkeypatch):
     # A 64-row tensor split in columns: by default one read of the rows' span, not 64 reads of a
     # row's half each; the span path off, 64. A regression to one read per row fails here.
+    # (Spans the page cache holds are gathered on the GPU: the test above.)
+    monkeypatch.setattr(_scatter, "GATHER", "never")
     t = write(tmp_path, rng, np.float32, [(64, 64)])
     split = {"t0": 1}
     calls = read_calls(lambda: sharded(tmp_path, device, 2, 1, split))
@@ -155,6 +198,7 @@ def test_staging_is_bounded_reused_and_let_go(tmp_path, rng, monkeypatch, device
     # the copy out of it landed; all staging is let go when the load returns.
     monkeypatch.setattr(_scatter, "PIECE_BYTES", 1024)
     monkeypatch.setattr(_scatter, "STAGING_BYTES", 3 * 1024)
+    monkeypatch.setattr(_scatter, "GATHER", "never")
     t = write(tmp_path, rng, np.float32, [(1000, 4)])
     made = []
     real = _scatter._Staging.allocate
@@ -180,6 +224,7 @@ def test_slow_copies_and_a_failed_copy(tmp_path, rng, monkeypatch):
     # gpufile's workers make theirs when first used, whichever worker that is.)
     monkeypatch.setattr(_scatter, "PIECE_BYTES", 512 << 10)
     monkeypatch.setattr(_scatter, "STAGING_BYTES", 1 << 20)
+    monkeypatch.setattr(_scatter, "GATHER", "never")
     t = write(tmp_path, rng, np.float32, [(32768, 64)])
     fake = ctypes.CDLL(os.environ["GPUFILE_CUDA_LIBRARY"])
     fake.fakecuda_live_device_bytes.restype = ctypes.c_size_t
@@ -277,9 +322,12 @@ def test_a_slot_is_read_into_again_only_after_its_copy_landed(monkeypatch):
     assert len(slots) == 3 and sum(e[0] == "copy" for e in log) == 10 and log[-1] == ("finish",)
 
 
-def test_a_file_truncated_while_loading_is_an_error(tmp_path, rng, monkeypatch):
-    # The header is read whole, then the file shrinks before the data is: the span read comes
-    # back short, and the load raises (after every read ended) instead of returning a part.
+@pytest.mark.parametrize("where", ["host", pytest.param("gpu", marks=needs_gpu_driver)])
+def test_a_file_truncated_while_loading_is_an_error(tmp_path, rng, monkeypatch, where):
+    # The header is read whole, then the file shrinks before the data is: the span read (host)
+    # or the gather (GPU) comes back short, and the load raises (after every read ended) instead
+    # of returning a part.
+    monkeypatch.setattr(_scatter, "GATHER", "always")
     write(tmp_path, rng, np.float32, [(64, 64)])
     path = tmp_path / "m.safetensors"
     real = gst.read_header
@@ -290,7 +338,7 @@ def test_a_file_truncated_while_loading_is_an_error(tmp_path, rng, monkeypatch):
             f.truncate(h.data_start + h.tensors["t0"].begin + 1000)
         return h
     monkeypatch.setattr(_checkpoint, "read_header", read_then_truncate)  # where the loaders look it up
-    dest = np.zeros((64, 32), np.float32)
+    dest = np.zeros((64, 32), np.float32) if where == "host" else gpufile.DeviceArray.empty((64, 32), "F32")
     with pytest.raises(gst.SafetensorError, match=r"m.safetensors: t0: the file ended after"):
         gst.load_into({"t0": dest}, path, split={"t0": 1}, rank=1, world_size=2)
 
