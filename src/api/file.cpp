@@ -212,7 +212,7 @@ Error File::start(sys::IoKind kind, const void* buf, uint64_t size, int64_t file
 }
 
 // Gathers are CPU work, a few milliseconds each: as many run at once as loaders keep in flight
-// (python/gpufile/_scatter.py keeps 16).
+// (python/gpufile/_scatter.py keeps 8 of a load in flight).
 constexpr unsigned kGatherThreads = 16;
 
 Error File::start_rows(const void* buf, const exec::FileRows& rows, std::unique_ptr<Future>* out) {

@@ -322,6 +322,42 @@ def test_a_slot_is_read_into_again_only_after_its_copy_landed(monkeypatch):
     assert len(slots) == 3 and sum(e[0] == "copy" for e in log) == 10 and log[-1] == ("finish",)
 
 
+def test_gathers_in_flight_are_bounded(monkeypatch):
+    # Parts whose spans are cached are gathered, at most GATHER_IN_FLIGHT at once (each holds a
+    # thread of gpufile's own); every one has ended when finish() returns. A stand-in file.
+    running, most = [], [0]
+
+    class Gather:
+        def __init__(self, n):
+            self.n = n
+            running.append(self)
+            most[0] = max(most[0], len(running))
+
+        def result(self):
+            running.remove(self)
+            return self.n
+
+    class File:
+        def _cached(self, offset, length):
+            return True
+
+        def _pread_rows_ptr(self, ptr, run, counts, strides, file_offset):
+            return Gather(run * counts[0])
+
+        def pread_ptr(self, ptr, size, file_offset=0):
+            raise AssertionError("a cached part was read through its span")
+
+    monkeypatch.setattr(_scatter, "GATHER", "auto")
+    monkeypatch.setattr(_scatter, "GATHER_IN_FLIGHT", 3)
+    p = _scatter.Placement(8, (64,), 0, (16,), 0, (8,))
+    scatters = [_scatter.Scatter(1 << 30, 0, 1000 * i, p, f"t{i}") for i in range(10)]
+    spans = _scatter.Spans(scatters, lambda what, got, n: AssertionError(what))
+    for sc in scatters:
+        spans.read(File(), sc)
+    spans.finish()
+    assert most[0] == 3 and running == []
+
+
 @pytest.mark.parametrize("where", ["host", pytest.param("gpu", marks=needs_gpu_driver)])
 def test_a_file_truncated_while_loading_is_an_error(tmp_path, rng, monkeypatch, where):
     # The header is read whole, then the file shrinks before the data is: the span read (host)
