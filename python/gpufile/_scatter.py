@@ -55,9 +55,15 @@ GATHER_IN_FLIGHT = 8
 HOST = -1  # the device number of host memory
 
 # Whether GPU parts are gathered out of the page cache (the docstring above): "auto" where the
-# page cache holds the piece's span, "never" (always through the span), "always" (whatever the
-# cache holds; for tests).
+# page cache holds the piece's span and the part is at most GATHER_FRACTION of it, "never"
+# (always through the span), "always" (whatever the cache holds; for tests).
 GATHER = "auto"
+# A gather pays a kernel read per run (1.9-4 GB/s of a part's bytes a thread, against 7-15 for
+# a span read on one H200), so it wins only where the span is several times the part: with 8 at
+# once, 2-way parts 21.6-23.4 GB/s gathered against 24.3-24.5 through their span, 4-way 17.2
+# against 12.3, 8-way 10.9-11.2 against 6.1-6.2 (bench/gather_parts.py; docs/performance.md,
+# "Parts gathered out of the page cache").
+GATHER_FRACTION = 1 / 3
 
 
 class Scatter(NamedTuple):
@@ -97,13 +103,17 @@ def pieces(p: Placement) -> List[Placement]:
 
 def gathers(f: Any, s: Scatter) -> bool:
     """Whether piece `s` is gathered out of the page cache by the open file `f` (GATHER): a GPU
-    destination laid out row after row, a local file, its span cached."""
-    if GATHER == "never" or s.device == HOST or not _packed(s.placement):
+    destination laid out row after row, a local file, and (auto) a part that is a small
+    fraction of its span, which the page cache holds."""
+    p = s.placement
+    if GATHER == "never" or s.device == HOST or not _packed(p):
         return False
     cached = getattr(f, "_cached", None)  # remote objects have no page cache
     if cached is None:
         return False
-    return GATHER == "always" or cached(s.file_offset + s.placement.src_offset, s.span) is True
+    if GATHER == "always":
+        return True
+    return p.rows * p.run <= GATHER_FRACTION * s.span and cached(s.file_offset + p.src_offset, s.span) is True
 
 
 def _packed(p: Placement) -> bool:

@@ -144,9 +144,10 @@ def drop_from_page_cache(path):
 
 @needs_gpu_driver
 def test_gpu_columns_are_gathered_where_the_page_cache_holds_them(tmp_path, rng):
-    # By default a GPU part whose span is cached is one gather (no span read); the same part of
-    # a file the page cache does not hold is one span read. Both land the same bytes. (4 MiB: the
-    # header's read and its readahead bring in only the file's first pages.)
+    # By default a GPU part of a quarter of its span, the span cached, is one gather (no span
+    # read); the same part of a file the page cache does not hold is one span read, and so is a
+    # half (a gather wins only where the span is several times the part). All land the same
+    # bytes. (4 MiB: the header's read and its readahead bring in only the file's first pages.)
     t = write(tmp_path, rng, np.float32, [(2048, 512)])
     path = tmp_path / "m.safetensors"
     probe = gpufile.File(str(path))
@@ -154,13 +155,14 @@ def test_gpu_columns_are_gathered_where_the_page_cache_holds_them(tmp_path, rng)
         pytest.skip("the kernel cannot say what the page cache holds (no cachestat)")
     probe.close()
     gathers = []
-    assert read_calls(lambda: assert_part(sharded(tmp_path, "cuda:0", 2, 1, {"t0": 1})["t0"], t["t0"], 1, 1, 2),
-                      gathers) == 0
-    assert gathers == [1]
+
+    def load(world):
+        return read_calls(lambda: assert_part(sharded(tmp_path, "cuda:0", world, 1, {"t0": 1})["t0"], t["t0"], 1, 1,
+                                              world), gathers)
+    assert load(4) == 0 and gathers == [1]
+    assert load(2) == 1 and gathers == [1, 0]
     drop_from_page_cache(path)
-    assert read_calls(lambda: assert_part(sharded(tmp_path, "cuda:0", 2, 1, {"t0": 1})["t0"], t["t0"], 1, 1, 2),
-                      gathers) == 1
-    assert gathers == [1, 0]
+    assert load(4) == 1 and gathers == [1, 0, 0]
 
 
 @pytest.mark.parametrize("device", ["cpu", pytest.param("cuda:0", marks=needs_gpu_driver)])
@@ -349,7 +351,7 @@ def test_gathers_in_flight_are_bounded(monkeypatch):
 
     monkeypatch.setattr(_scatter, "GATHER", "auto")
     monkeypatch.setattr(_scatter, "GATHER_IN_FLIGHT", 3)
-    p = _scatter.Placement(8, (64,), 0, (16,), 0, (8,))
+    p = _scatter.Placement(8, (64,), 0, (32,), 0, (8,))  # a quarter of its span
     scatters = [_scatter.Scatter(1 << 30, 0, 1000 * i, p, f"t{i}") for i in range(10)]
     spans = _scatter.Spans(scatters, lambda what, got, n: AssertionError(what))
     for sc in scatters:
