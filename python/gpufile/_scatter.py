@@ -17,12 +17,13 @@ placed from there with one strided copy:
   PCIe; it is left for when PCIe turns out to be the limit (docs/python.md, "Not done yet").
 - Host destinations: staging in host memory, then one NumPy strided copy (no NumPy: run by run).
 
-Parts for the GPU whose span the page cache holds are gathered instead (GATHER): gpufile reads
-the part's runs out of the page cache into pinned staging on the CPU, packed, and copies them to
-the GPU (gpufile.File._pread_rows_ptr, src/exec/gather.hpp). Only the part's bytes cross host
-memory and the link, where a span read moves world_size times as many: on a host with several
-GPUs, host memory is what bounds a tensor-parallel load (docs/performance.md, "The host model").
-Spans not cached are read as above: one run at a time would wait for the disk run by run.
+Parts for the GPU whose span the page cache holds, at most a third of it, are gathered instead
+(GATHER, GATHER_FRACTION): gpufile reads the part's runs out of the page cache into pinned
+staging on the CPU, packed, and copies them to the GPU (gpufile.File._pread_rows_ptr,
+src/exec/gather.hpp). Only the part's bytes cross host memory and the link, where a span read
+moves world_size times as many: on a host with several GPUs, host memory is what bounds a
+tensor-parallel load (docs/performance.md, "The host model"). Spans not cached are read as
+above: one run at a time would wait for the disk run by run.
 
 Staging is bounded (STAGING_BYTES per destination device, in slots of one piece each), reused
 while the load runs and let go when it ends, after every copy out of it landed.
@@ -49,7 +50,7 @@ STAGING_BYTES = 256 << 20
 MAX_IN_FLIGHT = 16
 # Gathers running at once, each on a thread of gpufile's own beside its IO workers: on two H200
 # (16 cores a rank) a tensor-parallel load with 16 ran 0.158-0.242 s, with 8 0.152-0.153, with 4
-# 0.172-0.174 (docs/performance.md, "Tensor-parallel loaders side by side, two GPUs").
+# 0.172-0.174 (docs/performance.md, "Parts gathered out of the page cache").
 GATHER_IN_FLIGHT = 8
 
 HOST = -1  # the device number of host memory
