@@ -198,7 +198,7 @@ uint64_t test_seed() {
 }
 
 std::string first_mismatch(const void* got, const void* want, size_t n) {
-  if (std::memcmp(got, want, n) == 0) return {};
+  if (n == 0 || std::memcmp(got, want, n) == 0) return {};  // memcmp wants pointers even for 0
   auto* g = static_cast<const uint8_t*>(got);
   auto* w = static_cast<const uint8_t*>(want);
   size_t i = 0;
