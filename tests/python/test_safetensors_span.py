@@ -16,6 +16,7 @@ from gpufile import _scatter
 from gpufile import safetensors as gst
 from gpufile.safetensors import _checkpoint, _reading
 from conftest import needs_driver_double, needs_gpu_driver
+from test_cache_policy import drop_pages
 from test_safetensors import needs_cuda_torch, torch
 from test_safetensors_into import CudaArray
 
@@ -133,15 +134,6 @@ def read_calls(fn, gathers=None):
     return CountingFile.reads
 
 
-def drop_from_page_cache(path):
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fdatasync(fd)
-        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
-    finally:
-        os.close(fd)
-
-
 @needs_gpu_driver
 def test_gpu_columns_are_gathered_where_the_page_cache_holds_them(tmp_path, rng):
     # By default a GPU part of a quarter of its span, the span cached, is one gather (no span
@@ -161,7 +153,7 @@ def test_gpu_columns_are_gathered_where_the_page_cache_holds_them(tmp_path, rng)
                                               world), gathers)
     assert load(4) == 0 and gathers == [1]
     assert load(2) == 1 and gathers == [1, 0]
-    drop_from_page_cache(path)
+    drop_pages(path)
     assert load(4) == 1 and gathers == [1, 0, 0]
 
 
