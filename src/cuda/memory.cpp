@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <cstdlib>
 #include <vector>
 
@@ -164,8 +165,16 @@ void free_blocks(std::vector<PinnedRequest>& regions, std::vector<PinnedBlock>* 
 // mapping, faulted in on a thread per slice and registered with the driver in one call. On the
 // H200 machine (a probe; docs/performance.md, "Where the defaults come from"), for 16 x 8 MiB
 // of huge pages: faulting in took 21.6-24.6 ms on one thread against 11-12 ms on 16, and
-// registering 4.7-7.2 ms as 16 calls against 3.3-3.5 ms as one.
-Error alloc_pinned_many(std::vector<PinnedRequest>& regions, std::vector<PinnedBlock>* blocks) {
+// registering 4.7-7.2 ms as 16 calls against 3.3-3.5 ms as one. Registering each region on the
+// thread that faulted it in, all at once, was slower still (H200, a session's 105 MiB: 9.6-9.7
+// ms against 5.9-6.7 for faulting and one registration; docs/performance.md, "Warm first
+// load"): the driver takes the calls one at a time.
+Error alloc_pinned_many(std::vector<PinnedRequest>& regions, std::vector<PinnedBlock>* blocks,
+                        PinnedCosts* costs) {
+  using Clock = std::chrono::steady_clock;
+  auto ms = [](Clock::time_point from, Clock::time_point to) {
+    return std::chrono::duration<double, std::milli>(to - from).count();
+  };
   std::vector<int> nodes;
   for (const PinnedRequest& r : regions)
     if (std::find(nodes.begin(), nodes.end(), r.node) == nodes.end()) nodes.push_back(r.node);
@@ -186,8 +195,15 @@ Error alloc_pinned_many(std::vector<PinnedRequest>& regions, std::vector<PinnedB
       slices.push_back({base + at, round_up(r.bytes, kPage)});
       at += round_up(r.bytes, kPage);
     }
+    const Clock::time_point faulting = Clock::now();
     fault_in_parallel(slices);
-    if (Error e = register_region(base, len, -1, nullptr)) {  // it unmapped `base`
+    const Clock::time_point registering = Clock::now();
+    Error e = register_region(base, len, -1, nullptr);  // on failure it unmapped `base`
+    if (costs != nullptr) {
+      costs->fault_ms += ms(faulting, registering);
+      costs->register_ms += ms(registering, Clock::now());
+    }
+    if (e) {
       free_blocks(regions, blocks);
       return e;
     }

@@ -51,10 +51,17 @@ struct PinnedBlock {
   void* base = nullptr;
   size_t bytes = 0;
 };
+// What alloc_pinned_many() spent its time on, for the open's log line.
+struct PinnedCosts {
+  double fault_ms = 0;     // faulting the pages in, on a thread per region
+  double register_ms = 0;  // the driver's registration, on the calling thread
+};
 // Pinned memory for every region of `regions` (what a session's open spends most of its time
 // on): the regions of one node are slices of one block, their pages faulted in on a thread
-// each and registered in one call. All or nothing: on failure no block is left.
-Error alloc_pinned_many(std::vector<PinnedRequest>& regions, std::vector<PinnedBlock>* blocks);
+// each and registered in one call. All or nothing: on failure no block is left. `costs`, when
+// given, is added to.
+Error alloc_pinned_many(std::vector<PinnedRequest>& regions, std::vector<PinnedBlock>* blocks,
+                        PinnedCosts* costs = nullptr);
 // Bytes of pinned staging held now: what alloc_pinned() handed out and free_pinned() has not yet
 // taken back (page-rounded). A leak check for soak runs and tests (tests/soak, Python's
 // gpufile.stats()["pinned_staging_bytes"]); 0 once the driver is closed.

@@ -169,7 +169,10 @@ Error Executor::start(std::vector<cuda::PinnedRequest>* also) {
   // workers up on parallel threads did not shorten the open, and setting all but the first up
   // in the background while IO already ran did not make a first 7.8 GB load any faster. What
   // does help (H200, same section): faulting every worker's pages in on a thread each, then
-  // registering them all in one call on this thread (cuda::alloc_pinned_many). (The workers'
+  // registering them all in one call on this thread (cuda::alloc_pinned_many). Making each
+  // worker's engine on the thread that faulted its slabs in did not shorten the open either
+  // (H200, 6.1-7.5 ms against 6.3-6.9: the faulting took the engines' 1 ms longer; docs/
+  // performance.md, "Warm first load"). (The workers'
   // threads still start in the background: a fork() right after the open waits in
   // park_workers_for_fork() until each has started and parked.)
   std::vector<WorkerGroup> groups = cfg_.groups;
@@ -193,10 +196,13 @@ Error Executor::start(std::vector<cuda::PinnedRequest>* also) {
       r.node = own > 0 ? staging.front().node : r.node;
       staging.push_back(r);
     }
-  if (Error e = cuda::alloc_pinned_many(staging, &staging_)) return e;
+  cuda::PinnedCosts pinning;
+  if (Error e = cuda::alloc_pinned_many(staging, &staging_, &pinning)) return e;
   if (also != nullptr)
     for (size_t i = 0; i < also->size(); ++i) (*also)[i] = staging[own + i];
   start_costs_.staging_ms = laps.lap();
+  start_costs_.fault_ms = pinning.fault_ms;
+  start_costs_.register_ms = pinning.register_ms;
   for (unsigned i = 0; i < cfg_.workers; ++i) {
     std::unique_ptr<Worker>& w = made[i];
     std::string why;

@@ -327,10 +327,12 @@ Error start_session(Session& s) {
   const exec::Executor::StartCosts& w = s.exec->start_costs();
   GPUFILE_LOG(LogLevel::info,
               "session opened in %.1f ms: driver %.1f, placement %.1f, workers %.1f (staging, "
-              "the callers' first included, %.1f; engines %.1f; threads %.1f), callers' staging "
-              "%.1f, remote staging %.1f, NVIDIA's library %.1f, page-cache DMA %.1f",
-              laps.total(), driver_ms, placement_ms, workers_ms, w.staging_ms, w.engines_ms,
-              w.threads_ms, callers_ms, remote_ms, vendor_ms, pagecache_ms);
+              "the callers' first included, %.1f: faulted in %.1f, registered %.1f; engines %.1f; "
+              "threads %.1f), callers' staging %.1f, remote staging %.1f, NVIDIA's library %.1f, "
+              "page-cache DMA %.1f",
+              laps.total(), driver_ms, placement_ms, workers_ms, w.staging_ms, w.fault_ms,
+              w.register_ms, w.engines_ms, w.threads_ms, callers_ms, remote_ms, vendor_ms,
+              pagecache_ms);
   return Error::none();
 }
 

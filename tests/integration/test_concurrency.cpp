@@ -604,8 +604,9 @@ TEST_F(Concurrency, TheOpenLogsWhatItsStepsCostAtInfo) {
   while (std::getline(in, line))
     if (line.find("session opened in ") != std::string::npos) found = line;
   ASSERT_NE(found, "") << "no open line in " << log;
-  for (const char* step : {"driver ", "placement ", "workers ", "staging, ", "engines ", "threads ",
-                           "remote staging ", "NVIDIA's library ", "page-cache DMA "})
+  for (const char* step : {"driver ", "placement ", "workers ", "staging, ", "faulted in ",
+                           "registered ", "engines ", "threads ", "remote staging ",
+                           "NVIDIA's library ", "page-cache DMA "})
     EXPECT_NE(found.find(step), std::string::npos) << step << " missing from: " << found;
 }
 
