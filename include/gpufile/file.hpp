@@ -11,6 +11,7 @@
 #include <memory>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "gpufile/error.hpp"
 #include "gpufile/export.hpp"
@@ -83,6 +84,19 @@ class GPUFILE_API StreamFuture {
   std::unique_ptr<Impl> impl_;
 };
 
+// Rows of a file, for File::pread_rows: `counts[k]` rows along outer dimension k (outermost
+// first), `strides[k]` file bytes apart; row (i0, i1, ...) is the `run` bytes at
+// first + i0 * strides[0] + i1 * strides[1] + ... (no dimension: one row). A rank's part of a
+// C-order weight of R rows split along its last dimension: first = the tensor's offset + the
+// rank's first column * the element size, run = its columns * the element size, counts {R},
+// strides {the row's bytes}.
+struct FileRows {
+  std::uint64_t first = 0;
+  std::uint64_t run = 0;
+  std::vector<std::uint64_t> counts;
+  std::vector<std::uint64_t> strides;
+};
+
 class GPUFILE_API File {
  public:
   File() noexcept;  // no file: closed() is true
@@ -131,6 +145,16 @@ class GPUFILE_API File {
                std::size_t buf_offset = 0);
   Future pwrite(const void* buf, std::size_t size, std::int64_t file_offset = 0,
                 std::size_t buf_offset = 0);
+
+  // Reads `rows` into memory at `buf` (host or GPU), packed row after row (run x the rows'
+  // count bytes), on a thread of gpufile's own: returns at once. Each run is one buffered
+  // kernel read, so it is meant for parts whose rows' span the page cache holds: then only the
+  // part's bytes are copied and cross to the GPU, where a read of the span would move every
+  // byte of it (docs/performance.md, "Parts gathered out of the page cache"). Bad rows (counts and strides of
+  // different lengths, an empty run or count, rows past 2^63) throw errc::invalid_argument now;
+  // the read's failure comes from Future::get(), whose bytes are fewer than all only where the
+  // file ends inside the rows.
+  Future pread_rows(void* buf, const FileRows& rows);
 
   // The same ordered on a CUDA `stream` (a CUstream or cudaStream_t; nullptr is the legacy
   // default stream), as cuFileReadAsync / cuFileWriteAsync do it: the call returns once the IO

@@ -8,6 +8,7 @@
 
 #include "api/file.hpp"
 #include "capi/stream_op.hpp"
+#include "exec/gather.hpp"
 #include "cppapi/access.hpp"
 #include "cppapi/future.hpp"
 #include "cppapi/raise.hpp"
@@ -239,6 +240,16 @@ StreamFuture File::write_async(const void* buf, std::size_t size, std::int64_t f
 Future File::pread(void* buf, std::size_t size, std::int64_t file_offset,
                    std::size_t buf_offset) {
   return start(false, buf, size, file_offset, buf_offset);
+}
+
+Future File::pread_rows(void* buf, const FileRows& rows) {
+  check_access(*this, sys::IoKind::read, "pread_rows");
+  auto future = std::make_unique<Future::Impl>();
+  future->path = path();
+  future->kind = sys::IoKind::read;
+  const exec::FileRows r{rows.first, rows.run, rows.counts, rows.strides};
+  if (Error e = impl_->file->start_rows(buf, r, &future->io)) cppapi::raise(e, "pread_rows", path());
+  return Future(std::move(future));
 }
 
 Future File::pwrite(const void* buf, std::size_t size, std::int64_t file_offset,

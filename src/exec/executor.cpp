@@ -261,6 +261,17 @@ std::vector<WorkerPlace> Executor::places() const {
   return out;
 }
 
+route::LoadFacts Executor::load_facts(const Job& job) const {
+  route::LoadFacts f;
+  f.len = job.len;
+  f.workers = cfg_.workers;
+  f.cores = cfg_.cores;
+  f.min_chunk = cfg_.min_chunk_bytes;
+  f.slab = cfg_.slab_bytes;
+  f.fill_folio = job.fills_cache ? sys::Os::kFillFolio : 0;
+  return f;
+}
+
 void Executor::submit(Job* const* jobs, size_t n) {
   unsigned pieces = 0;  // for the workers to take one by one
   std::vector<Job*> to_list;
@@ -273,13 +284,7 @@ void Executor::submit(Job* const* jobs, size_t n) {
       job->chunk_done(job->file_off, 0, 0, Error::none());
       continue;
     }
-    route::LoadFacts f;
-    f.len = job->len;
-    f.workers = cfg_.workers;
-    f.min_chunk = cfg_.min_chunk_bytes;
-    f.slab = cfg_.slab_bytes;
-    f.fill_folio = job->fills_cache ? sys::Os::kFillFolio : 0;
-    job->split(route::plan_for_workers(f, route::Reason::asynchronous).step);
+    job->split(route::plan_for_workers(load_facts(*job), route::Reason::asynchronous).step);
     if (packable(*job, Worker::kPackBytes))
       packed.push_back(job);
     else

@@ -28,6 +28,7 @@
 #include "cuda/memory.hpp"
 #include "exec/job.hpp"
 #include "exec/placement.hpp"
+#include "route/route.hpp"
 
 namespace gpufile::exec {
 
@@ -110,6 +111,10 @@ class Executor {
   };
   const StartCosts& start_costs() const { return start_costs_; }
   const ExecutorConfig& config() const { return cfg_; }
+  // What routing needs to know of these workers for `job`: its length, the workers, cores and
+  // piece sizes, and the folio its cache fill goes by. The runtime adds what it knows of the
+  // caller (route::LoadFacts' other fields); asynchronous IO goes by these alone.
+  route::LoadFacts load_facts(const Job& job) const;
   // Asynchronous IO: spreads each job over every worker and lists them all at once (so that
   // small reads submitted together can share a worker's slab). Jobs must stay alive until they
   // complete.

@@ -369,19 +369,13 @@ constexpr uint64_t kShortForWindows = 4;
 
 route::LoadFacts load_facts(const Session& s, const exec::Job& job, unsigned callers) {
   const exec::ExecutorConfig& c = s.exec->config();
-  route::LoadFacts f;
-  f.len = job.len;
+  route::LoadFacts f = s.exec->load_facts(job);
   f.grid_offset = job.file_off - align_down(job.file_off, job.file.align.offset);
   f.synchronous = true;
   f.staged = job.staged();
   f.small_io_bytes = s.settings.small_io_threshold_kb * 1024;
   f.callers = callers;
-  f.workers = c.workers;
   f.idle_workers = s.exec->idle_workers();
-  f.cores = c.cores;
-  f.min_chunk = c.min_chunk_bytes;
-  f.slab = c.slab_bytes;
-  f.fill_folio = job.fills_cache ? sys::Os::kFillFolio : 0;
   // A read copies out of page-cache windows on its caller's thread when they are all there; a
   // short one also when it is to make them (exec::FileWindows::plan_read): making them one
   // after another on one thread, a long read is better staged meanwhile.
