@@ -150,10 +150,10 @@ class GPUFILE_API File {
   // count bytes), on a thread of gpufile's own: returns at once. Each run is one buffered
   // kernel read, so it is meant for parts whose rows' span the page cache holds: then only the
   // part's bytes are copied and cross to the GPU, where a read of the span would move every
-  // byte of it (docs/performance.md, "Parts gathered out of the page cache"). Bad rows (counts and strides of
-  // different lengths, an empty run or count, rows past 2^63) throw errc::invalid_argument now;
-  // the read's failure comes from Future::get(), whose bytes are fewer than all only where the
-  // file ends inside the rows.
+  // byte of it (docs/performance.md, "Parts gathered out of the page cache"). Bad rows (counts
+  // and strides of different lengths, an empty run or count, rows past 2^63) throw
+  // errc::invalid_argument now; the read's failure comes from Future::get(), whose bytes are
+  // fewer than all only where the file ends inside the rows.
   Future pread_rows(void* buf, const FileRows& rows);
 
   // The same ordered on a CUDA `stream` (a CUstream or cudaStream_t; nullptr is the legacy

@@ -8,10 +8,10 @@
 
 #include "api/file.hpp"
 #include "capi/stream_op.hpp"
-#include "exec/gather.hpp"
 #include "cppapi/access.hpp"
 #include "cppapi/future.hpp"
 #include "cppapi/raise.hpp"
+#include "exec/gather.hpp"
 
 namespace gpufile {
 
@@ -248,7 +248,8 @@ Future File::pread_rows(void* buf, const FileRows& rows) {
   future->path = path();
   future->kind = sys::IoKind::read;
   const exec::FileRows r{rows.first, rows.run, rows.counts, rows.strides};
-  if (Error e = impl_->file->start_rows(buf, r, &future->io)) cppapi::raise(e, "pread_rows", path());
+  if (Error e = impl_->file->start_rows(buf, r, &future->io))
+    cppapi::raise(e, "pread_rows", path());
   return Future(std::move(future));
 }
 

@@ -197,7 +197,8 @@ TEST_P(FileData, ManyThreadsShareOneFile) {
 // ---- rows ------------------------------------------------------------------------------------
 
 // What pread_rows must deliver: each row's run in C order, cut where the file ends.
-std::vector<std::uint8_t> rows_of(const std::vector<std::uint8_t>& file, const gpufile::FileRows& r) {
+std::vector<std::uint8_t> rows_of(const std::vector<std::uint8_t>& file,
+                                  const gpufile::FileRows& r) {
   std::vector<std::uint64_t> index(r.counts.size(), 0);
   std::vector<std::uint8_t> out;
   for (;;) {
@@ -594,7 +595,8 @@ TEST_F(FileErrors, BadRowsAreInvalidArgumentsAndStartNothing) {
   EXPECT_GPUFILE_ERROR(f.pread_rows(buf, {1ull << 62, 16, {3}, {1ull << 61}}),            // past 2^63
                        errc::invalid_argument);
   EXPECT_GPUFILE_ERROR(f.pread_rows(nullptr, {0, 16, {4}, {16}}), errc::invalid_argument);
-  EXPECT_EQ(mismatch(std::vector<std::uint8_t>(buf, buf + sizeof buf), std::vector<std::uint8_t>(sizeof buf, 0x11)), "");
+  EXPECT_EQ(mismatch(std::vector<std::uint8_t>(buf, buf + sizeof buf),
+                     std::vector<std::uint8_t>(sizeof buf, 0x11)), "");
   gpufile::File write_only(dir_.file("w"), "w");
   EXPECT_GPUFILE_ERROR(write_only.pread_rows(buf, {0, 16, {4}, {16}}), errc::invalid_open_flag);
 }
