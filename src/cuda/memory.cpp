@@ -5,10 +5,10 @@
 
 #include <algorithm>
 #include <atomic>
-#include <chrono>
 #include <cstdlib>
 #include <vector>
 
+#include "core/laps.hpp"
 #include "sys/os.hpp"
 
 namespace gpufile::cuda {
@@ -171,10 +171,6 @@ void free_blocks(std::vector<PinnedRequest>& regions, std::vector<PinnedBlock>* 
 // load"): the driver takes the calls one at a time.
 Error alloc_pinned_many(std::vector<PinnedRequest>& regions, std::vector<PinnedBlock>* blocks,
                         PinnedCosts* costs) {
-  using Clock = std::chrono::steady_clock;
-  auto ms = [](Clock::time_point from, Clock::time_point to) {
-    return std::chrono::duration<double, std::milli>(to - from).count();
-  };
   std::vector<int> nodes;
   for (const PinnedRequest& r : regions)
     if (std::find(nodes.begin(), nodes.end(), r.node) == nodes.end()) nodes.push_back(r.node);
@@ -195,13 +191,13 @@ Error alloc_pinned_many(std::vector<PinnedRequest>& regions, std::vector<PinnedB
       slices.push_back({base + at, round_up(r.bytes, kPage)});
       at += round_up(r.bytes, kPage);
     }
-    const Clock::time_point faulting = Clock::now();
+    Laps laps;
     fault_in_parallel(slices);
-    const Clock::time_point registering = Clock::now();
+    const double fault_ms = laps.lap();
     Error e = register_region(base, len, -1, nullptr);  // on failure it unmapped `base`
     if (costs != nullptr) {
-      costs->fault_ms += ms(faulting, registering);
-      costs->register_ms += ms(registering, Clock::now());
+      costs->fault_ms += fault_ms;
+      costs->register_ms += laps.lap();
     }
     if (e) {
       free_blocks(regions, blocks);

@@ -196,13 +196,10 @@ Error Executor::start(std::vector<cuda::PinnedRequest>* also) {
       r.node = own > 0 ? staging.front().node : r.node;
       staging.push_back(r);
     }
-  cuda::PinnedCosts pinning;
-  if (Error e = cuda::alloc_pinned_many(staging, &staging_, &pinning)) return e;
+  if (Error e = cuda::alloc_pinned_many(staging, &staging_, &start_costs_.pinning)) return e;
   if (also != nullptr)
     for (size_t i = 0; i < also->size(); ++i) (*also)[i] = staging[own + i];
   start_costs_.staging_ms = laps.lap();
-  start_costs_.fault_ms = pinning.fault_ms;
-  start_costs_.register_ms = pinning.register_ms;
   for (unsigned i = 0; i < cfg_.workers; ++i) {
     std::unique_ptr<Worker>& w = made[i];
     std::string why;

@@ -103,9 +103,8 @@ class Executor {
   // What start() spent, in milliseconds: pinning the workers' staging (faulting it in and
   // registering it with the driver), setting up their engines, starting their threads.
   struct StartCosts {
-    double staging_ms = 0;   // pinning: fault_ms + register_ms and the mapping
-    double fault_ms = 0;     // the slabs' pages faulted in, a thread each
-    double register_ms = 0;  // the driver's one registration
+    double staging_ms = 0;      // pinning: the mapping and what `pinning` splits
+    cuda::PinnedCosts pinning;  // faulting the pages in, the driver's one registration
     double engines_ms = 0;
     double threads_ms = 0;
   };

@@ -330,8 +330,8 @@ Error start_session(Session& s) {
               "the callers' first included, %.1f: faulted in %.1f, registered %.1f; engines %.1f; "
               "threads %.1f), callers' staging %.1f, remote staging %.1f, NVIDIA's library %.1f, "
               "page-cache DMA %.1f",
-              laps.total(), driver_ms, placement_ms, workers_ms, w.staging_ms, w.fault_ms,
-              w.register_ms, w.engines_ms, w.threads_ms, callers_ms, remote_ms, vendor_ms,
+              laps.total(), driver_ms, placement_ms, workers_ms, w.staging_ms, w.pinning.fault_ms,
+              w.pinning.register_ms, w.engines_ms, w.threads_ms, callers_ms, remote_ms, vendor_ms,
               pagecache_ms);
   return Error::none();
 }
