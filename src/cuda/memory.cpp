@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cstdlib>
+#include <utility>
 #include <vector>
 
 #include "core/laps.hpp"
@@ -257,6 +258,48 @@ void MemoryContext::retain_primary(int ordinal) {
 
 MemoryContext::~MemoryContext() {
   if (retained_) driver()->DevicePrimaryCtxRelease(device_);
+}
+
+PrimaryHold PrimaryHold::current() {
+  PrimaryHold h;
+  const Driver* d = driver();
+  CUcontext ctx = nullptr;
+  CUdevice dev = 0;
+  if (d == nullptr || d->DevicePrimaryCtxGetState == nullptr ||
+      d->CtxGetCurrent(&ctx) != CUDA_SUCCESS || ctx == nullptr ||
+      d->CtxGetDevice(&dev) != CUDA_SUCCESS)
+    return h;
+  // Retaining an inactive primary context would create one: a context in use while its
+  // device's primary context is inactive is not that primary context.
+  unsigned flags = 0;
+  int active = 0;
+  if (d->DevicePrimaryCtxGetState(dev, &flags, &active) != CUDA_SUCCESS || !active) return h;
+  CUcontext primary = nullptr;
+  if (d->DevicePrimaryCtxRetain(&primary, dev) != CUDA_SUCCESS) return h;
+  if (primary != ctx) {
+    d->DevicePrimaryCtxRelease(dev);
+    return h;
+  }
+  h.device_ = dev;
+  h.held_ = true;
+  return h;
+}
+
+PrimaryHold::PrimaryHold(PrimaryHold&& other) noexcept
+    : device_(other.device_), held_(std::exchange(other.held_, false)) {}
+
+PrimaryHold& PrimaryHold::operator=(PrimaryHold&& other) noexcept {
+  if (this != &other) {
+    release();
+    device_ = other.device_;
+    held_ = std::exchange(other.held_, false);
+  }
+  return *this;
+}
+
+void PrimaryHold::release() {
+  if (held_) driver()->DevicePrimaryCtxRelease(device_);
+  held_ = false;
 }
 
 namespace {

@@ -105,6 +105,32 @@ class MemoryContext {
   CUdevice device_ = 0;
 };
 
+// Keeps the current context alive while held, where it is a device's primary context.
+// gpufile's lasting resources in a context (a worker's stream and events, a caller's staging
+// buffer's stream) go when the context goes, and an application may release its last reference
+// to a primary context while a session lives (a test's teardown, a library's retain and release
+// around its own calls): the next copy would then use freed driver objects, which crashes on a
+// GPU. Whoever makes such a resource holds the context until the resource is destroyed. A
+// context the application created itself (cuCtxCreate) is not held: the application destroys it
+// when it chooses, and must not before the driver is closed (docs/compatibility.md).
+class PrimaryHold {
+ public:
+  PrimaryHold() = default;
+  // Holds the calling thread's current context if it is its device's primary context.
+  static PrimaryHold current();
+  ~PrimaryHold() { release(); }
+  PrimaryHold(PrimaryHold&& other) noexcept;
+  PrimaryHold& operator=(PrimaryHold&& other) noexcept;
+  PrimaryHold(const PrimaryHold&) = delete;
+  PrimaryHold& operator=(const PrimaryHold&) = delete;
+
+ private:
+  void release();
+
+  CUdevice device_ = 0;
+  bool held_ = false;
+};
+
 // The GPU whose primary context a thread with none current borrows (to pin memory, to open the
 // session): the first one the process made active already (its framework's: torch's on its
 // rank's GPU), else the one prefer_device named where it names a GPU, else 0. Retaining another

@@ -16,6 +16,7 @@ StagingPool::~StagingPool() {
   for (auto& b : all_) {
     if (d != nullptr)
       for (const Buffer::Stream& s : b->streams) d->StreamDestroy(s.stream);
+    b->streams.clear();  // lets the contexts go, their streams destroyed
     if (b->owned) cuda::free_pinned(b->mem, bytes_);
   }
 }
@@ -97,7 +98,7 @@ cuda::CUstream StagingPool::Buffer::stream(cuda::CUcontext ctx) {
   constexpr unsigned kBlockingStream = 0;  // CU_STREAM_DEFAULT: ordered after the legacy stream
   cuda::CUstream s = nullptr;
   if (cuda::driver()->StreamCreate(&s, kBlockingStream) != cuda::CUDA_SUCCESS) return nullptr;
-  streams.push_back({ctx, s});
+  streams.push_back({ctx, s, cuda::PrimaryHold::current()});
   return s;
 }
 

@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "cuda/driver.hpp"
+#include "cuda/memory.hpp"
 #include "exec/job.hpp"
 
 namespace gpufile::exec {
@@ -31,6 +32,7 @@ class StagingPool {
     struct Stream {
       cuda::CUcontext ctx = nullptr;
       cuda::CUstream stream = nullptr;
+      cuda::PrimaryHold hold;  // the context (a primary one), until the stream is destroyed
     };
     std::vector<Stream> streams;  // one per context it copied for, made at first use
 

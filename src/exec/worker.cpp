@@ -56,6 +56,7 @@ Worker::~Worker() {
       for (cuda::CUevent e : r.events) d->EventDestroy(e);
       if (r.stream) d->StreamDestroy(r.stream);
     }
+    contexts_.clear();  // lets the contexts go, their resources destroyed
   }
   engine_.reset();  // unregisters the slabs from the kernel; the memory is the executor's
 }
@@ -346,6 +347,7 @@ Worker::ContextRes* Worker::context_res(cuda::CUcontext ctx, Error* err) {
     *err = Error::cu(r);
     return nullptr;
   }
+  res.hold = cuda::PrimaryHold::current();
   contexts_.push_back(std::move(res));
   return &contexts_.back();
 }

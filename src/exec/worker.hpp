@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "cuda/driver.hpp"
+#include "cuda/memory.hpp"
 #include "exec/cache_windows.hpp"
 #include "exec/executor.hpp"
 #include "io/engine.hpp"
@@ -75,11 +76,13 @@ class Worker {
     cuda::CUcontext ctx = nullptr;
   };
 
-  // CUDA resources of one context: a stream, and an event per slot that has copied in it.
+  // CUDA resources of one context: a stream, and an event per slot that has copied in it; the
+  // context held (a primary one) until they are destroyed.
   struct ContextRes {
     cuda::CUcontext ctx = nullptr;
     cuda::CUstream stream = nullptr;
     std::vector<cuda::CUevent> events;
+    cuda::PrimaryHold hold;
   };
 
   void take_offered_slabs();

@@ -391,6 +391,31 @@ TEST_F(Driver, ReleasingThePrimaryContextDeactivatesIt) {
   }
 }
 
+// The real driver destroys a primary context's streams and events with it; a library that
+// keeps one past that crashes on a GPU at its next use, or not, by chance. The double stops the
+// process at that use, every time.
+TEST_F(Driver, StreamsAndEventsGoWithTheirContext) {
+  NEEDS_FAKE();
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  gc::CUstream s = stream(gc::CU_STREAM_NON_BLOCKING);
+  gc::CUevent e = nullptr;
+  ASSERT_EQ(D.EventCreate(&e, 0), 0);
+  ASSERT_EQ(D.EventRecord(e, s), 0);
+  ASSERT_EQ(D.DevicePrimaryCtxRelease(0), 0);  // the fixture's reference: the last one
+  gc::CUcontext again = nullptr;
+  ASSERT_EQ(D.DevicePrimaryCtxRetain(&again, 0), 0);
+  ASSERT_EQ(again, ctx);  // the same handle, as a cache keyed by it would find
+  EXPECT_DEATH(D.StreamSynchronize(s), "stream .* used after its context was destroyed");
+  EXPECT_DEATH(D.StreamDestroy(s), "stream .* used after its context was destroyed");
+  EXPECT_DEATH(D.EventQuery(e), "event .* used after its context was destroyed");
+  EXPECT_DEATH(D.EventDestroy(e), "event .* used after its context was destroyed");
+  // Streams made since live as usual, and a handle never made is still just invalid.
+  gc::CUstream fresh = stream();
+  EXPECT_EQ(D.StreamSynchronize(fresh), 0);
+  EXPECT_EQ(D.StreamDestroy(fresh), 0);
+  EXPECT_EQ(D.StreamSynchronize(fresh), CUDA_ERROR_INVALID_HANDLE);
+}
+
 // Which calls need a current context, as recorded on the real driver.
 TEST_F(Driver, CallsWithoutACurrentContext) {
   gc::CUdeviceptr d = alloc(1 << 20), d2 = alloc(4096);

@@ -124,6 +124,7 @@ struct CUstream_st {
 };
 
 struct CUevent_st {
+  CUctx_st* ctx = nullptr;  // the context current when it was made, destroyed with it
   unsigned flags = 0;
   std::shared_ptr<Queue> queue;  // null until recorded
   uint64_t seq = 0;              // complete when queue->completed >= seq
@@ -216,6 +217,10 @@ struct Global {
   size_t used[kMaxDevices] = {};
   std::set<CUstream_st*> streams;
   std::set<CUevent_st*> events;
+  // Handles destroyed with their primary context (cuDevicePrimaryCtxRelease of its last
+  // reference), kept (never freed, so no later handle gets their address) to tell a use of one
+  // from a handle that was never made: see used_after_its_context.
+  std::set<const void*> destroyed_with_context;
   std::vector<CUctx_st*> ctxs;
 
   // Order in which work enters queues, and the per-context queue lists.
@@ -441,6 +446,31 @@ bool known_ctx(CUcontext c) {
   return false;
 }
 
+// A stream or event handle that is not live (caller holds mu): if its context was destroyed
+// under it, the process stops here with the reason. The real driver may crash on such a handle
+// (freed driver objects) or do nothing visible, so a test that merely failed the call would
+// miss what a GPU shows by chance; a library that keeps streams in a context it did not retain
+// is caught at the first use.
+void used_after_its_context(const void* handle, const char* what) {
+  if (!G().destroyed_with_context.count(handle)) return;
+  std::fprintf(stderr,
+               "fakecuda: %s %p used after its context was destroyed (the last reference to a "
+               "primary context was released while it lived)\n", what, handle);
+  std::abort();
+}
+
+bool live_stream_locked(CUstream s) {
+  if (G().streams.count(s)) return true;
+  used_after_its_context(s, "stream");
+  return false;
+}
+
+bool live_event_locked(CUevent e) {
+  if (G().events.count(e)) return true;
+  used_after_its_context(e, "event");
+  return false;
+}
+
 // ---------------------------------------------------------------------------------------------
 // Queues
 
@@ -558,7 +588,7 @@ CUresult stream_queue(CUstream s, std::shared_ptr<Queue>* out) {
   }
   {
     std::lock_guard lk(g.mu);
-    if (!g.streams.count(s)) return CUDA_ERROR_INVALID_HANDLE;
+    if (!live_stream_locked(s)) return CUDA_ERROR_INVALID_HANDLE;
     *out = s->queue;
   }
   if (int st = g.sticky.load()) return static_cast<CUresult>(st);
@@ -1009,17 +1039,44 @@ CUresult cuDevicePrimaryCtxRetain(CUcontext* pctx, CUdevice dev) {
   return CUDA_SUCCESS;
 }
 
-// Releasing the last reference deactivates the context: calls that need it then fail with
-// CUDA_ERROR_CONTEXT_IS_DESTROYED until it is retained again. Unlike the real driver, its
-// memory and streams are left alone.
+// Releasing the last reference destroys the context: calls that need it then fail with
+// CUDA_ERROR_CONTEXT_IS_DESTROYED until it is retained again, and the streams and events made in
+// it are gone with it (work already queued on them still runs, as after cuStreamDestroy); a
+// later use of one stops the process (used_after_its_context). Unlike the real driver, its
+// memory is left alone, and retaining it again gives the same handle.
 CUresult cuDevicePrimaryCtxRelease_v2(CUdevice dev) {
   ENTER(cuDevicePrimaryCtxRelease_v2);
   if (!valid_device(dev)) return CUDA_ERROR_INVALID_DEVICE;
   Global& g = G();
-  std::lock_guard lk(g.mu);
-  CUctx_st* c = g.ctxs[static_cast<size_t>(dev)];
-  if (c->refcount == 0) return CUDA_ERROR_INVALID_CONTEXT;
-  --c->refcount;
+  std::vector<std::shared_ptr<Queue>> closing;
+  {
+    std::lock_guard lk(g.mu);
+    CUctx_st* c = g.ctxs[static_cast<size_t>(dev)];
+    if (c->refcount == 0) return CUDA_ERROR_INVALID_CONTEXT;
+    if (--c->refcount > 0) return CUDA_SUCCESS;
+    for (auto it = g.streams.begin(); it != g.streams.end();) {
+      if ((*it)->queue->ctx != c) {
+        ++it;
+        continue;
+      }
+      closing.push_back((*it)->queue);
+      g.destroyed_with_context.insert(*it);
+      it = g.streams.erase(it);
+    }
+    for (auto it = g.events.begin(); it != g.events.end();) {
+      if ((*it)->ctx != c) {
+        ++it;
+        continue;
+      }
+      g.destroyed_with_context.insert(*it);
+      it = g.events.erase(it);
+    }
+  }
+  for (const std::shared_ptr<Queue>& q : closing) {
+    std::lock_guard lk(q->m);
+    q->closing = true;
+    q->cv.notify_all();
+  }
   return CUDA_SUCCESS;
 }
 
@@ -1564,7 +1621,8 @@ CUresult cuStreamDestroy_v2(CUstream s) {
   Global& g = G();
   {
     std::lock_guard lk(g.mu);
-    if (!g.streams.erase(s)) return CUDA_ERROR_INVALID_HANDLE;
+    if (!live_stream_locked(s)) return CUDA_ERROR_INVALID_HANDLE;
+    g.streams.erase(s);
   }
   {
     std::lock_guard lk(s->queue->m);
@@ -1614,7 +1672,7 @@ CUresult cuStreamWaitEvent(CUstream s, CUevent e, unsigned int flags) {
   uint64_t seq;
   {
     std::lock_guard lk(g.mu);
-    if (!g.events.count(e)) return CUDA_ERROR_INVALID_HANDLE;
+    if (!live_event_locked(e)) return CUDA_ERROR_INVALID_HANDLE;
     eq = e->queue;
     seq = e->seq;
   }
@@ -1629,6 +1687,7 @@ CUresult cuEventCreate(CUevent* pe, unsigned int flags) {
   if (!pe || (flags & ~0x7u)) return CUDA_ERROR_INVALID_VALUE;
   Global& g = G();
   auto* e = new CUevent_st;
+  e->ctx = c;
   e->flags = flags;
   std::lock_guard lk(g.mu);
   g.events.insert(e);
@@ -1640,7 +1699,8 @@ CUresult cuEventDestroy_v2(CUevent e) {
   ENTER(cuEventDestroy_v2);
   Global& g = G();
   std::lock_guard lk(g.mu);
-  if (!g.events.erase(e)) return CUDA_ERROR_INVALID_HANDLE;
+  if (!live_event_locked(e)) return CUDA_ERROR_INVALID_HANDLE;
+  g.events.erase(e);
   delete e;
   return CUDA_SUCCESS;
 }
@@ -1652,13 +1712,13 @@ CUresult cuEventRecord(CUevent e, CUstream s) {
   Global& g = G();
   {
     std::lock_guard lk(g.mu);
-    if (!g.events.count(e)) return CUDA_ERROR_INVALID_HANDLE;
+    if (!live_event_locked(e)) return CUDA_ERROR_INVALID_HANDLE;
   }
   std::shared_ptr<Queue> q;
   if (CUresult r = stream_queue(s, &q)) return r;
   uint64_t seq = enqueue(q, {}, false);
   std::lock_guard lk(g.mu);
-  if (!g.events.count(e)) return CUDA_ERROR_INVALID_HANDLE;
+  if (!live_event_locked(e)) return CUDA_ERROR_INVALID_HANDLE;
   e->queue = q;
   e->seq = seq;
   return CUDA_SUCCESS;
@@ -1671,7 +1731,7 @@ CUresult cuEventQuery(CUevent e) {
   uint64_t seq;
   {
     std::lock_guard lk(g.mu);
-    if (!g.events.count(e)) return CUDA_ERROR_INVALID_HANDLE;
+    if (!live_event_locked(e)) return CUDA_ERROR_INVALID_HANDLE;
     q = e->queue;
     seq = e->seq;
   }
@@ -1687,7 +1747,7 @@ CUresult cuEventSynchronize(CUevent e) {
   uint64_t seq;
   {
     std::lock_guard lk(g.mu);
-    if (!g.events.count(e)) return CUDA_ERROR_INVALID_HANDLE;
+    if (!live_event_locked(e)) return CUDA_ERROR_INVALID_HANDLE;
     q = e->queue;
     seq = e->seq;
   }
