@@ -6,6 +6,8 @@
 # From the repository root, with `import gpufile` already working:
 #   bash bench/checkpoint-run.sh [more checkpoint_bench.py flags]
 # Results: $OUT/checkpoint.md, $OUT/checkpoint.json, $OUT/logs/ (OUT defaults to /tmp/gpufile-out).
+# The cold case's ceiling is fio's best O_DIRECT read where fio is on PATH or .peers/fio holds
+# its source (built here once), else dd's single stream.
 set -uo pipefail
 OUT=${OUT:-/tmp/gpufile-out}
 mkdir -p "$OUT"
@@ -16,5 +18,13 @@ if compgen -G ".whl/*.whl" >/dev/null; then
     --target /tmp/site .whl/*.whl
   export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH}
 fi
+# fio for the cold ceiling (checkpoint_bench.py --fio), built once from .peers/fio where it
+# travelled with the tree: the machine has no fio (bench/clients-run.sh says how to fill .peers).
+if ! command -v fio >/dev/null && [ -f .peers/fio/configure ] && [ ! -x /tmp/fio-plain/fio ]; then
+  rm -rf /tmp/fio-plain && cp -r .peers/fio /tmp/fio-plain &&
+    (cd /tmp/fio-plain && ./configure --disable-native && make -j"$(nproc)") \
+      >"$OUT/fio-build.log" 2>&1 || tail -n 5 "$OUT/fio-build.log"
+fi
+[ -x /tmp/fio-plain/fio ] && export PATH=/tmp/fio-plain:$PATH
 export PYTHONUNBUFFERED=1
 exec python3 bench/checkpoint_bench.py --size 8 --dir /root/ckpt --out "$OUT" "$@"
