@@ -397,7 +397,15 @@ class LongReadWindows : public PageCacheDma {
     if (controls_.reset_faults) controls_.reset_faults();
     PageCacheDma::TearDown();
   }
+
+  // A file of three page-cache windows (160 MiB = 64 + 64 + 32) at big_, its bytes in big_bytes_.
+  void make_three_windows(uint64_t seed) {
+    ASSERT_NO_FATAL_FAILURE(make_file(big_, seed, 160 * MiB, &big_bytes_));
+  }
+
   FakeControls controls_;
+  const std::string big_ = dir_.file("three-windows.bin");
+  std::vector<uint8_t> big_bytes_;
 };
 
 // A long read (at least long_read_mb) of cached bytes read before makes their windows as it
@@ -405,9 +413,9 @@ class LongReadWindows : public PageCacheDma {
 // windows made by the time they reach them); the first reading makes none. Within a few more
 // readings every window is made and a reading copies every byte out of them.
 TEST_F(LongReadWindows, LongReadingsAfterTheFirstMakeTheWindows) {
-  const std::string big = dir_.file("three-windows.bin");
-  std::vector<uint8_t> bytes;
-  ASSERT_NO_FATAL_FAILURE(make_file(big, test_seed() * 29, 160 * MiB, &bytes));
+  ASSERT_NO_FATAL_FAILURE(make_three_windows(test_seed() * 29));
+  const std::string& big = big_;
+  const std::vector<uint8_t>& bytes = big_bytes_;
   Handle h(big, O_RDONLY);
   ASSERT_TRUE(h.ok());
   const size_t registered_before = live_registered_ ? live_registered_() : 0;
@@ -432,9 +440,9 @@ TEST_F(LongReadWindows, LongReadingsAfterTheFirstMakeTheWindows) {
 // rest (making every window it touched had run at a fifth of the staged speed on four GPUs);
 // the next reading, every byte of which was read before, makes the others.
 TEST_F(LongReadWindows, ALongReadMakesOnlyTheWindowsOfBytesReadBefore) {
-  const std::string big = dir_.file("three-windows.bin");
-  std::vector<uint8_t> bytes;
-  ASSERT_NO_FATAL_FAILURE(make_file(big, test_seed() * 31, 160 * MiB, &bytes));
+  ASSERT_NO_FATAL_FAILURE(make_three_windows(test_seed() * 31));
+  const std::string& big = big_;
+  const std::vector<uint8_t>& bytes = big_bytes_;
   Handle h(big, O_RDONLY);
   ASSERT_TRUE(h.ok());
   const size_t registered_before = live_registered_ ? live_registered_() : 0;
@@ -482,9 +490,9 @@ TEST_F(LongReadWindows, OneGpuAloneOnTheHostMakesNone) {
   if (gpus != 1) GTEST_SKIP() << "the test double shows " << gpus << " GPUs";
   unsetenv("LOCAL_WORLD_SIZE");
   ASSERT_NO_FATAL_FAILURE(open_session());
-  const std::string big = dir_.file("three-windows.bin");
-  std::vector<uint8_t> bytes;
-  ASSERT_NO_FATAL_FAILURE(make_file(big, test_seed() * 43, 160 * MiB, &bytes));
+  ASSERT_NO_FATAL_FAILURE(make_three_windows(test_seed() * 43));
+  const std::string& big = big_;
+  const std::vector<uint8_t>& bytes = big_bytes_;
   Handle h(big, O_RDONLY);
   ASSERT_TRUE(h.ok());
   const uint64_t dma_before = read_bytes_by(Path::page_cache_dma);
@@ -560,9 +568,9 @@ TEST_F(NvmlPeers, WhereNvmlCannotTellOneGpuMeansNone) {
 // the file is staged from then on until it changes, and nothing stays registered after it.
 TEST_F(LongReadWindows, ARegistrationRefusedMidwayLeavesTheReadWhole) {
   if (!controls_.fail_call || !live_registered_) GTEST_SKIP() << "needs the test double's fault hooks";
-  const std::string big = dir_.file("three-windows.bin");
-  std::vector<uint8_t> bytes;
-  ASSERT_NO_FATAL_FAILURE(make_file(big, test_seed() * 31, 160 * MiB, &bytes));
+  ASSERT_NO_FATAL_FAILURE(make_three_windows(test_seed() * 31));
+  const std::string& big = big_;
+  const std::vector<uint8_t>& bytes = big_bytes_;
   const size_t registered_before = live_registered_();
   {
     Handle h(big, O_RDONLY);
@@ -590,9 +598,9 @@ TEST_F(LongReadWindows, ARegistrationRefusedMidwayLeavesTheReadWhole) {
 TEST_F(LongReadWindows, PagesReplacedWhileTheirWindowIsMadeAreReadAnewNextTime) {
   RegistrationHold holding;
   if (!holding.available()) GTEST_SKIP() << "needs the test double's registration hold";
-  const std::string big = dir_.file("three-windows.bin");
-  std::vector<uint8_t> bytes;
-  ASSERT_NO_FATAL_FAILURE(make_file(big, test_seed() * 41, 160 * MiB, &bytes));
+  ASSERT_NO_FATAL_FAILURE(make_three_windows(test_seed() * 41));
+  const std::string& big = big_;
+  const std::vector<uint8_t>& bytes = big_bytes_;
   constexpr uint64_t kTail = 4 * MiB;  // in the farthest window, the first one made
   const uint64_t tail_at = bytes.size() - kTail;
   Handle h(big, O_RDONLY);
