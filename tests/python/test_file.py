@@ -376,6 +376,40 @@ def test_a_rank_on_gpu_1_leaves_gpu_0_alone(data_file, framework):
     assert states["gpu0_retains"] == 0, states
 
 
+# A program that reads into GPU 1 through a buffer it then drops, and later through another: the
+# buffer held GPU 1's only reference to its primary context, so dropping it destroyed the context
+# with the streams gpufile keeps there (on two H200s the next read crashed; the test double stops
+# the process at that use). gpufile now holds the context while its streams live, until the
+# driver closes; then nothing of it is left retained.
+BUFFER_DROPPED = r"""
+import ctypes, json, os, gpufile
+cuda = ctypes.CDLL(os.environ["GPUFILE_CUDA_LIBRARY"])
+want = open(PATH, "rb").read()
+with gpufile.open(PATH) as f:
+    for size in (4096, len(want)) * 2:  # the second round uses the streams the first made
+        buf = gpufile.DeviceBuffer(size, device=1)
+        assert f.read(buf) == size
+        got = bytearray(size)
+        buf.copy_to_host(got)
+        assert got == want[:size], "wrong bytes"
+        del buf
+gpufile.driver_close()
+print(json.dumps({"gpu1_refcount": cuda.fakecuda_primary_ctx_refcount(1)}))
+"""
+
+
+@pytest.mark.skipif("fakecuda" not in os.environ.get("GPUFILE_CUDA_LIBRARY", ""),
+                    reason="two GPUs of the CUDA test double, and its context counts")
+def test_a_gpu_buffer_dropped_between_reads_leaves_gpufiles_streams_alive(data_file):
+    path, _ = data_file(16 * MiB)
+    env = dict(os.environ, FAKECUDA_DEVICES="2")
+    script = BUFFER_DROPPED.replace("PATH", repr(str(path)))
+    out = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True,
+                         timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert json.loads(out.stdout)["gpu1_refcount"] == 0, "a retain of GPU 1 outlived the driver"
+
+
 def test_latency_percentiles_from_added_histograms():
     # What gpufile.stats() does when the HDF5 plugin's runtime is added in: buckets add up,
     # percentiles are derived again from the sum.
