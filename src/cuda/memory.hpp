@@ -85,7 +85,9 @@ class ScopedContext {
 // without one, cuMemMap) its device's primary context; else (host memory) the thread's current
 // context; else the primary context of device_to_borrow's GPU (declared below). Primary contexts
 // are retained for the object's life, so it may outlive a call (an event made in the context);
-// the memory keeps its owning context alive. Null without a driver, or where that GPU has none.
+// an owning context is not: the caller keeps its memory, and so that context, valid for the call
+// (what gpufile keeps there longer holds it: PrimaryHold). Null without a driver, or where that
+// GPU has none.
 // For calls on a caller's thread, which need not have a context current (Python starts threads
 // without one): make it current with a ScopedContext.
 class MemoryContext {
