@@ -1,15 +1,18 @@
 #!/usr/bin/env bash
-# The tensor-parallel checkpoint load (issue 13), before and after parts split along columns were
-# read through their rows' span: examples/tp_load.py on every GPU of the machine, each way twice
-# in one call (the second of each is warm), with the whole-checkpoint load of each rank beside it.
+# The tensor-parallel checkpoint load on every GPU of the machine (examples/tp_load.py under
+# torchrun), each way twice in one call, the second of each warm: the default (a rank's part of a
+# tensor split along columns gathered out of the page cache where it is at most a third of its
+# rows' span, three ranks and more; else read through the span), every such part through its
+# span (--span), and run by run (--per-run, the oldest path); each with --check (every part
+# compared with the whole checkpoint's slice), then the default with each rank loading the
+# whole checkpoint beside it (--compare). Last, bench/gather_parts.py: rank 0's column-split parts
+# into one GPU for 2, 4 and 8 ranks, gathered against read through the span.
 #
 # There, from the repository root, after `bash bench/gpu-build.sh` and
 # `bash bench/python-gpu-setup.sh` (the package in /tmp/gpufile-py; torch is on the machine):
 #   bash bench/tp-load-run.sh                 # /root/ckpt, an 8 GB checkpoint written once
 #   bash bench/tp-load-run.sh /root/ckpt 16   # another directory or size
-# Each rank prints its GB/s; rank 0 the slowest rank's time. `run by run` in a line's name is
-# the old path (one read per row of a column-split part, --per-run); without it, the span path.
-# The parts are checked against the whole checkpoint's slices (--check) in the span runs.
+# Each rank prints its GB/s; rank 0 the slowest rank's time, which is what start-up waits for.
 set -euo pipefail
 ckpt=${1:-/root/ckpt}
 gigabytes=${2:-8}
@@ -24,8 +27,10 @@ tp_load() {
 tp_load --make-gb "$gigabytes"  # writes the checkpoint if it is not there yet
 for round in 1 2; do
   echo "== round $round"
-  tp_load --into --per-run
-  tp_load --into --compare --check
-  tp_load --per-run
-  tp_load --check
+  tp_load --into --check
+  tp_load --into --span --check
+  tp_load --into --per-run --check
+  tp_load --into --compare
 done
+echo "== gather_parts.py (one GPU)"
+python3 bench/gather_parts.py "$ckpt" --worlds 2,4,8
