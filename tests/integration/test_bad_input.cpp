@@ -3,6 +3,7 @@
 // Expected values are those observed on NVIDIA's libcufile 1.15.1.6 where the spec has them
 // ([P] rows): sync IO fails with -1 and errno holding either an OS errno or the positive
 // CUfileOpError.
+#include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/types.h>
 
@@ -178,6 +179,31 @@ TEST_F(BadInput, NullBuffer) {
   EXPECT_IO_FAILS(cuFileWrite(h.get(), nullptr, 4096, 0, 0), CU_FILE_INVALID_VALUE);
   EXPECT_IO_FAILS(cuFileRead(h.get(), nullptr, 4096, 0, 4096), CU_FILE_INVALID_VALUE);
   EXPECT_EQ(read_file(path_, 0, content_.size()), content_);
+}
+
+// A buffer pointer into no allocation at all: an address range reserved without access, memory
+// neither CUDA nor the process may touch. Reads of every size and writes, through a buffered and
+// an O_DIRECT handle, fail with the kernel's EFAULT; no copy of gpufile's own touches the pages
+// (the process survives), and the file is unchanged.
+TEST_F(BadInput, PointerIntoNoAllocation) {
+  constexpr size_t kLen = 2 * MiB;
+  void* nowhere = mmap(nullptr, kLen, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  ASSERT_NE(nowhere, MAP_FAILED);
+  for (int flags : {O_RDWR, O_RDWR | O_DIRECT}) {
+    if ((flags & O_DIRECT) && !direct_io_works(dir_.path())) continue;
+    SCOPED_TRACE((flags & O_DIRECT) ? "O_DIRECT" : "buffered");
+    Handle h(path_, flags);
+    ASSERT_TRUE(h.ok());
+    for (size_t n : {size_t{100}, 64 * KiB, 1 * MiB}) {
+      SCOPED_TRACE(n);
+      EXPECT_IO_FAILS(cuFileRead(h.get(), nowhere, n, 0, 0), EFAULT);
+      EXPECT_IO_FAILS(cuFileRead(h.get(), nowhere, n, 4097, 0), EFAULT);
+      EXPECT_IO_FAILS(cuFileWrite(h.get(), nowhere, n, 0, 0), EFAULT);
+    }
+  }
+  munmap(nowhere, kLen);
+  EXPECT_EQ(read_file(path_, 0, content_.size()), content_);
+  EXPECT_EQ(file_size(path_), content_.size());
 }
 
 // The fd closed behind the handle: an error, no crash; and when the number is reused by another
