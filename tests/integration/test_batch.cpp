@@ -2,6 +2,7 @@
 #include <cinttypes>
 #include <map>
 #include <set>
+#include <thread>
 
 #include "common.hpp"
 #include "core/stats.hpp"
@@ -242,6 +243,42 @@ TEST_F(BatchTest, MixedReadsAndWritesEveryMemoryKind) {
     if (reg) {
       EXPECT_EQ(cuFileBufDeregister(buf->ptr()).err, CU_FILE_SUCCESS);
     }
+  }
+}
+
+// The thread that set a batch up and submitted it exits with its entries in flight (a worker
+// thread of the program done with its part): another thread reaps every entry, each byte
+// checked, and destroys the batch. Into GPU memory, the test double's slowed copies keep the
+// entries running past the thread's exit.
+TEST_F(BatchTest, SubmittingThreadExitsWithItsBatchInFlight) {
+  SCOPED_TRACE("seed=" + std::to_string(seed_));
+  Watchdog dog(std::chrono::seconds(120), "SubmittingThreadExitsWithItsBatchInFlight");
+  const FakeControls fake = fake_controls();
+  for (Mem kind : kAllMem) {
+    SCOPED_TRACE(mem_name(kind));
+    size_t bytes = 0;
+    std::vector<Planned> p = plan(24, &bytes);
+    std::string why;
+    auto buf = Buffer::make(kind, bytes, &why);
+    if (!buf) continue;
+    std::vector<CUfileIOParams_t> io = params(p, *buf);
+    if (fake.set_async_delay_us) fake.set_async_delay_us(2000);
+    CUfileBatchHandle_t b = nullptr;
+    CUfileError_t setup{}, submit{};
+    std::thread submitter([&] {
+      bind_context();
+      setup = cuFileBatchIOSetUp(&b, static_cast<unsigned>(io.size()));
+      if (setup.err == CU_FILE_SUCCESS)
+        submit = cuFileBatchIOSubmit(b, static_cast<unsigned>(io.size()), io.data(), 0);
+    });
+    submitter.join();
+    if (fake.set_async_delay_us) fake.set_async_delay_us(0);
+    ASSERT_EQ(setup.err, CU_FILE_SUCCESS);
+    ASSERT_EQ(submit.err, CU_FILE_SUCCESS);
+    std::map<void*, CUfileIOEvents_t> seen;
+    ASSERT_NO_FATAL_FAILURE(reap_all(b, static_cast<unsigned>(io.size()), p, &seen));
+    ASSERT_NO_FATAL_FAILURE(verify(p, seen, *buf));
+    cuFileBatchIODestroy(b);
   }
 }
 
