@@ -116,6 +116,15 @@ class BatchTest : public CapiTest {
     return v;
   }
 
+  // A plan of `n` entries (plan()) and a buffer of `kind` for it; null where this machine has
+  // no such memory.
+  std::unique_ptr<Buffer> planned(Mem kind, unsigned n, std::vector<Planned>* p) {
+    size_t bytes = 0;
+    *p = plan(n, &bytes);
+    std::string why;
+    return Buffer::make(kind, bytes, &why);
+  }
+
   // Fills write sources; returns the IO params.
   std::vector<CUfileIOParams_t> params(std::vector<Planned>& plan, Buffer& buf) {
     std::vector<CUfileIOParams_t> io;
@@ -217,10 +226,8 @@ TEST_F(BatchTest, MixedReadsAndWritesEveryMemoryKind) {
   Watchdog dog(std::chrono::seconds(120), "MixedReadsAndWritesEveryMemoryKind");
   for (Mem kind : kAllMem) {
     SCOPED_TRACE(mem_name(kind));
-    size_t bytes = 0;
-    std::vector<Planned> p = plan(24, &bytes);
-    std::string why;
-    auto buf = Buffer::make(kind, bytes, &why);
+    std::vector<Planned> p;
+    auto buf = planned(kind, 24, &p);
     if (!buf) continue;
     const bool reg = kind == Mem::device || kind == Mem::pinned;
     if (reg) {
@@ -256,10 +263,8 @@ TEST_F(BatchTest, SubmittingThreadExitsWithItsBatchInFlight) {
   const FakeControls fake = fake_controls();
   for (Mem kind : kAllMem) {
     SCOPED_TRACE(mem_name(kind));
-    size_t bytes = 0;
-    std::vector<Planned> p = plan(24, &bytes);
-    std::string why;
-    auto buf = Buffer::make(kind, bytes, &why);
+    std::vector<Planned> p;
+    auto buf = planned(kind, 24, &p);
     if (!buf) continue;
     std::vector<CUfileIOParams_t> io = params(p, *buf);
     if (fake.set_async_delay_us) fake.set_async_delay_us(2000);
