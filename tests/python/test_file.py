@@ -378,8 +378,8 @@ def test_a_rank_on_gpu_1_leaves_gpu_0_alone(data_file, framework):
 
 # A program that reads into GPU 1 through a buffer it then drops, and later through another: the
 # buffer held GPU 1's only reference to its primary context, so dropping it destroyed the context
-# with the streams gpufile keeps there (on two H200s the next read crashed; the test double stops
-# the process at that use). gpufile now holds the context while its streams live, until the
+# with the streams gpufile keeps there (on a GPU the next read through them may crash; the test
+# double stops the process at that use). gpufile now holds the context while its streams live, until the
 # driver closes; then nothing of it is left retained.
 BUFFER_DROPPED = r"""
 import ctypes, json, os, gpufile
