@@ -302,6 +302,38 @@ void PrimaryHold::release() {
   held_ = false;
 }
 
+CUresult ContextStream::make(CUcontext ctx, unsigned flags, ContextStream* out) {
+  CUstream s = nullptr;
+  if (CUresult r = driver()->StreamCreate(&s, flags); r != CUDA_SUCCESS) return r;
+  out->destroy();
+  out->ctx_ = ctx;
+  out->stream_ = s;
+  out->hold_ = PrimaryHold::current();
+  return CUDA_SUCCESS;
+}
+
+ContextStream::ContextStream(ContextStream&& other) noexcept
+    : ctx_(std::exchange(other.ctx_, nullptr)),
+      stream_(std::exchange(other.stream_, nullptr)),
+      hold_(std::move(other.hold_)) {}
+
+ContextStream& ContextStream::operator=(ContextStream&& other) noexcept {
+  if (this != &other) {
+    destroy();
+    ctx_ = std::exchange(other.ctx_, nullptr);
+    stream_ = std::exchange(other.stream_, nullptr);
+    hold_ = std::move(other.hold_);
+  }
+  return *this;
+}
+
+void ContextStream::destroy() {
+  if (const Driver* d = driver(); d != nullptr && stream_ != nullptr) d->StreamDestroy(stream_);
+  stream_ = nullptr;
+  ctx_ = nullptr;
+  hold_ = PrimaryHold();  // the context may go now that its stream has
+}
+
 namespace {
 std::atomic<int> preferred_device{-1};
 }  // namespace

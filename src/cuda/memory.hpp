@@ -133,6 +133,31 @@ class PrimaryHold {
   bool held_ = false;
 };
 
+// A stream gpufile keeps in one context (a worker's copy stream, a caller staging buffer's),
+// with that context held (PrimaryHold) until the stream is destroyed: destroying it destroys the
+// stream first, then lets the context go. Move-only; empty (null) when never made.
+class ContextStream {
+ public:
+  ContextStream() = default;
+  // A stream with `flags` in `ctx`, which must be current on the calling thread.
+  static CUresult make(CUcontext ctx, unsigned flags, ContextStream* out);
+  ~ContextStream() { destroy(); }
+  ContextStream(ContextStream&& other) noexcept;
+  ContextStream& operator=(ContextStream&& other) noexcept;
+  ContextStream(const ContextStream&) = delete;
+  ContextStream& operator=(const ContextStream&) = delete;
+
+  CUcontext context() const { return ctx_; }
+  CUstream get() const { return stream_; }
+
+ private:
+  void destroy();
+
+  CUcontext ctx_ = nullptr;
+  CUstream stream_ = nullptr;
+  PrimaryHold hold_;  // declared last: goes after the stream
+};
+
 // The GPU whose primary context a thread with none current borrows (to pin memory, to open the
 // session): the first one the process made active already (its framework's: torch's on its
 // rank's GPU), else the one prefer_device named where it names a GPU, else 0. Retaining another

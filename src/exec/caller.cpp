@@ -12,11 +12,8 @@ namespace gpufile::exec {
 // ---- the pool ------------------------------------------------------------------------------------
 
 StagingPool::~StagingPool() {
-  const cuda::Driver* d = cuda::driver();
   for (auto& b : all_) {
-    if (d != nullptr)
-      for (const Buffer::Stream& s : b->streams) d->StreamDestroy(s.stream);
-    b->streams.clear();  // lets the contexts go, their streams destroyed
+    b->streams.clear();
     if (b->owned) cuda::free_pinned(b->mem, bytes_);
   }
 }
@@ -93,13 +90,13 @@ void StagingPool::give(Buffer* const* bufs, unsigned n) {
 }
 
 cuda::CUstream StagingPool::Buffer::stream(cuda::CUcontext ctx) {
-  for (const Stream& s : streams)
-    if (s.ctx == ctx) return s.stream;
+  for (const cuda::ContextStream& s : streams)
+    if (s.context() == ctx) return s.get();
   constexpr unsigned kBlockingStream = 0;  // CU_STREAM_DEFAULT: ordered after the legacy stream
-  cuda::CUstream s = nullptr;
-  if (cuda::driver()->StreamCreate(&s, kBlockingStream) != cuda::CUDA_SUCCESS) return nullptr;
-  streams.push_back({ctx, s, cuda::PrimaryHold::current()});
-  return s;
+  cuda::ContextStream s;
+  if (cuda::ContextStream::make(ctx, kBlockingStream, &s) != cuda::CUDA_SUCCESS) return nullptr;
+  streams.push_back(std::move(s));
+  return streams.back().get();
 }
 
 StagingLease::StagingLease(StagingPool& pool, unsigned want)

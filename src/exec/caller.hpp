@@ -29,12 +29,7 @@ class StagingPool {
   struct Buffer {
     char* mem = nullptr;
     bool owned = true;  // pinned by the pool (else lent to it by init: see there)
-    struct Stream {
-      cuda::CUcontext ctx = nullptr;
-      cuda::CUstream stream = nullptr;
-      cuda::PrimaryHold hold;  // the context (a primary one), until the stream is destroyed
-    };
-    std::vector<Stream> streams;  // one per context it copied for, made at first use
+    std::vector<cuda::ContextStream> streams;  // one per context it copied for, made at first use
 
     // The buffer's copy stream in `ctx` (current on this thread), made at first use; null when
     // the driver will not make one (copy synchronously then). A blocking stream: ordered after

@@ -85,7 +85,7 @@ class GatherStaging {
   }
   ~GatherStaging() {
     if (own_.mem == nullptr) return;
-    for (const StagingPool::Buffer::Stream& s : own_.streams) cuda::driver()->StreamDestroy(s.stream);
+    own_.streams.clear();
     cuda::free_pinned(own_.mem, bytes_);
   }
   GatherStaging(const GatherStaging&) = delete;

@@ -51,14 +51,13 @@ WorkerPlace Worker::place() const {
 }
 
 Worker::~Worker() {
-  if (const cuda::Driver* d = cuda::driver()) {
-    for (ContextRes& r : contexts_) {
-      for (cuda::CUevent e : r.events) d->EventDestroy(e);
-      if (r.stream) d->StreamDestroy(r.stream);
-    }
-    contexts_.clear();  // lets the contexts go, their resources destroyed
-  }
+  contexts_.clear();  // each context's events and stream, then the context let go
   engine_.reset();  // unregisters the slabs from the kernel; the memory is the executor's
+}
+
+Worker::ContextRes::~ContextRes() {
+  if (const cuda::Driver* d = cuda::driver())
+    for (cuda::CUevent e : events) d->EventDestroy(e);
 }
 
 Error Worker::init(void* staging, int landed, std::string* why) {
@@ -323,7 +322,7 @@ void Worker::io_finished(unsigned i) {
 
 Worker::ContextRes* Worker::find_res(cuda::CUcontext ctx) {
   for (ContextRes& r : contexts_)
-    if (r.ctx == ctx) return &r;
+    if (r.stream.context() == ctx) return &r;
   return nullptr;
 }
 
@@ -338,16 +337,15 @@ Worker::ContextRes* Worker::context_res(cuda::CUcontext ctx, Error* err) {
   }
   if (ContextRes* r = find_res(ctx)) return r;
   ContextRes res;
-  res.ctx = ctx;
   // Non-blocking: a stream op of cuFileReadAsync on the legacy default stream waits for this
   // worker's copies, so they must not wait for the legacy stream as a whole. A synchronous
   // call's copies wait for what was queued there before the call (Job::after) instead.
   // Its copy events are made as each slot's first copy is recorded (record_copy).
-  if (cuda::CUresult r = d->StreamCreate(&res.stream, cuda::CU_STREAM_NON_BLOCKING); r != cuda::CUDA_SUCCESS) {
+  if (cuda::CUresult r = cuda::ContextStream::make(ctx, cuda::CU_STREAM_NON_BLOCKING, &res.stream);
+      r != cuda::CUDA_SUCCESS) {
     *err = Error::cu(r);
     return nullptr;
   }
-  res.hold = cuda::PrimaryHold::current();
   contexts_.push_back(std::move(res));
   return &contexts_.back();
 }
@@ -362,11 +360,11 @@ Error Worker::start_copy_to_host(unsigned i) {
   if (res == nullptr) return err;
   const cuda::Driver* d = cuda::driver();
   if (job.after != nullptr)
-    if (cuda::CUresult r = d->StreamWaitEvent(res->stream, job.after, 0); r != cuda::CUDA_SUCCESS)
+    if (cuda::CUresult r = d->StreamWaitEvent(res->stream.get(), job.after, 0); r != cuda::CUDA_SUCCESS)
       return Error::cu(r);
   char* host = p.mem + (p.chunk.off - p.plan.base);
   cuda::CUresult r = d->MemcpyDtoHAsync(host, job.addr + (p.chunk.off - job.file_off), p.chunk.len,
-                                        res->stream);
+                                        res->stream.get());
   if (r != cuda::CUDA_SUCCESS) return Error::cu(r);
   return record_copy(i, *res);
 }
@@ -387,7 +385,7 @@ Error Worker::start_copies_to_device(unsigned i) {
     if (!piece.copying) continue;
     const Job& job = *piece.chunk.job;
     if (job.after != nullptr)
-      if (cuda::CUresult r = d->StreamWaitEvent(res->stream, job.after, 0); r != cuda::CUDA_SUCCESS)
+      if (cuda::CUresult r = d->StreamWaitEvent(res->stream.get(), job.after, 0); r != cuda::CUDA_SUCCESS)
         return Error::cu(r);
     batch_dst_.push_back(job.addr + (piece.chunk.off - job.file_off));
     batch_src_.push_back(reinterpret_cast<cuda::CUdeviceptr>(piece.mem + (piece.chunk.off - piece.plan.base)));
@@ -399,15 +397,15 @@ Error Worker::start_copies_to_device(unsigned i) {
     attr.srcAccessOrder = cuda::CU_MEMCPY_SRC_ACCESS_ORDER_STREAM;
     size_t first = 0;
     r = d->MemcpyBatchAsync(batch_dst_.data(), batch_src_.data(), batch_size_.data(),
-                            batch_dst_.size(), &attr, &first, 1, res->stream);
+                            batch_dst_.size(), &attr, &first, 1, res->stream.get());
   } else {
     for (size_t k = 0; k < batch_dst_.size() && r == cuda::CUDA_SUCCESS; ++k)
       r = d->MemcpyHtoDAsync(batch_dst_[k], reinterpret_cast<const void*>(batch_src_[k]),
-                             batch_size_[k], res->stream);
+                             batch_size_[k], res->stream.get());
   }
   if (r != cuda::CUDA_SUCCESS) {
     Executor::WaitOutside outside(owner_);
-    d->StreamSynchronize(res->stream);  // copies queued before the failure read the slab
+    d->StreamSynchronize(res->stream.get());  // copies queued before the failure read the slab
     return Error::cu(r);
   }
   return record_copy(i, *res);
@@ -421,16 +419,16 @@ Error Worker::record_copy(unsigned i, ContextRes& res) {
     cuda::CUevent e = nullptr;
     if (cuda::CUresult r = d->EventCreate(&e, cuda::CU_EVENT_DISABLE_TIMING); r != cuda::CUDA_SUCCESS) {
       Executor::WaitOutside outside(owner_);
-      d->StreamSynchronize(res.stream);  // the queued copy reads the slab
+      d->StreamSynchronize(res.stream.get());  // the queued copy reads the slab
       return Error::cu(r);
     }
     res.events.push_back(e);
   }
-  if (cuda::CUresult r = d->EventRecord(res.events[i], res.stream); r != cuda::CUDA_SUCCESS) {
+  if (cuda::CUresult r = d->EventRecord(res.events[i], res.stream.get()); r != cuda::CUDA_SUCCESS) {
     // The copy may have been queued before EventRecord failed: let it drain before the slab
     // is reused.
     Executor::WaitOutside outside(owner_);
-    d->StreamSynchronize(res.stream);
+    d->StreamSynchronize(res.stream.get());
     return Error::cu(r);
   }
   copy_order_[i] = ++copy_seq_;

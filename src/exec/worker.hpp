@@ -77,12 +77,15 @@ class Worker {
   };
 
   // CUDA resources of one context: a stream, and an event per slot that has copied in it; the
-  // context held (a primary one) until they are destroyed.
+  // events are destroyed first, then the stream, then the context let go (ContextStream).
   struct ContextRes {
-    cuda::CUcontext ctx = nullptr;
-    cuda::CUstream stream = nullptr;
+    ContextRes() = default;
+    ~ContextRes();
+    ContextRes(ContextRes&&) noexcept = default;
+    ContextRes& operator=(ContextRes&&) = delete;  // would drop the events it replaced
+
+    cuda::ContextStream stream;
     std::vector<cuda::CUevent> events;
-    cuda::PrimaryHold hold;
   };
 
   void take_offered_slabs();
