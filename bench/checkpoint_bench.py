@@ -598,6 +598,10 @@ def best_fio(ceilings):
     return max(ok, key=lambda p: p["gbps"]) if ok else None
 
 
+def fio_label(point):
+    return f"fio O_DIRECT (bs {point['bs']}, depth {point['depth']}, {point['jobs']} job(s))"
+
+
 def command_output(cmd):
     try:
         return subprocess.run(cmd, capture_output=True, text=True, timeout=30).stdout.strip()
@@ -771,9 +775,16 @@ class Bench:
         # Warm and shm runs are short: each loader runs `reps` times, the order reversed on
         # every other round so that no loader is always the first after the case's set-up.
         reps = self.args.cold_reps if case == "cold" else self.args.reps
+        # fio's best point of the sweep reads the cold file again in every round, in turn with
+        # the loaders: from one reading to the next this disk varies more than loaders differ,
+        # so the ceiling a loader is held to is fio's median over the same rounds.
+        fio_point = best_fio(self.state["ceilings"]) if case == "cold" and reps > 1 else None
         for rep in range(reps):
-            order = self.loaders_in_order()
+            order = (["fio"] if fio_point else []) + self.loaders_in_order()
             for loader in order if rep % 2 == 0 else order[::-1]:
+                if loader == "fio":
+                    self.record(self.run_fio_round(fio_point, rep))
+                    continue
                 if loader in self.dropped:
                     continue
                 if loader in TORCH_FORMAT and "index" in files:
@@ -811,6 +822,18 @@ class Bench:
             row["ceiling_gbps"] = ceiling
             row["fraction"] = row["gbps"] / ceiling if ceiling else None
         return row
+
+    def run_fio_round(self, point, rep):
+        row = {"loader": fio_label(point), "case": "cold", "file": self.paths["st"],
+               "bytes": os.path.getsize(self.paths["st"]), "rep": rep, "fio": True}
+        if self.out_of_time():
+            return dict(row, status="skipped", reason=f"time budget ({self.args.budget} s) spent")
+        try:
+            gbps = fio_direct_gbps(self.args.fio, self.paths["st"], point["bs"], point["depth"],
+                                   point["jobs"])
+        except (OSError, RuntimeError, ValueError, KeyError, subprocess.SubprocessError) as e:
+            return dict(row, status="failed", reason=str(e))
+        return dict(row, status="ok", gbps=gbps, seconds=row["bytes"] / gbps / GB)
 
     def pick_kvikio(self):
         rows = [r for r in self.state["results"] if r["case"] == "warm"
@@ -938,6 +961,9 @@ def table_row(r):
     if r.get("status") != "ok":
         return [r["loader"], r["case"], f"{r.get('status')}: {r.get('reason', '')}", "", "",
                 "", "", ""]
+    if r.get("fio"):
+        return [r["loader"], r["case"], f"{r['seconds']:.2f}", f"{r['gbps']:.2f}", "", "", "",
+                r.get("note", "")]
     peak = r["peak_kib"] / (1 << 20)
     delta = (r["peak_kib"] - r["rss_before_kib"]) / (1 << 20)
     pct = f"{100 * r['fraction']:.0f}%" if r.get("fraction") else ""
@@ -1026,6 +1052,35 @@ def best_rows(results):
     return out
 
 
+def median(xs):
+    xs = sorted(xs)
+    mid = len(xs) // 2
+    return xs[mid] if len(xs) % 2 else (xs[mid - 1] + xs[mid]) / 2
+
+
+def render_cold_rounds(state):
+    """Per loader over the cold rounds: the median and fastest run, and the median against
+    fio's median in the same rounds (the ceiling a noisy disk allows to be compared)."""
+    runs = {}
+    for r in state["results"]:
+        if r["case"] == "cold" and r.get("status") == "ok":
+            runs.setdefault(r["loader"], []).append(r)
+    fio = next((v for k, v in runs.items() if v[0].get("fio")), None)
+    if not fio or len(fio) < 2:
+        return ""
+    fio_median = median([r["gbps"] for r in fio])
+    rows = []
+    for label, rs in runs.items():
+        seconds = median([r["seconds"] for r in rs])
+        gbps = median([r["gbps"] for r in rs])
+        rows.append([label, len(rs), f"{seconds:.2f}", f"{min(r['seconds'] for r in rs):.2f}",
+                     f"{gbps:.2f}", f"{100 * gbps / fio_median:.0f}%"])
+    return ("Cold, over the rounds (fio's best point of the sweep read again in every round, "
+            "in turn with the loaders):\n\n" +
+            md_table(["reader", "runs", "median s", "fastest s", "median GB/s",
+                      "of fio's median"], rows))
+
+
 def render_md(state):
     order = {c: i for i, c in enumerate(CASE_ORDER)}
     rows = sorted(best_rows(state["results"]), key=lambda r: order[r["case"]])
@@ -1042,6 +1097,7 @@ def render_md(state):
         "## Loading into cuda:0", "",
         md_table(["loader", "case", "seconds", "GB/s", "% of ceiling", "peak host GiB (+load)",
                   "verified", "notes"], [table_row(r) for r in rows]), "",
+        render_cold_rounds(state), "",
         "## Saving", "", render_save(state) if state["save"] else "not run", "",
         "## How to read this", "", LEGEND, ""]
     if state["notes"]:
@@ -1056,7 +1112,10 @@ LEGEND = """\
 - GB/s = bytes of the files the loader read / seconds (the torch rows read the `.pt` file).
 - % of ceiling: cold against the disk's best O_DIRECT read of the same file, fio's best
   block size, queue depth and job count where --fio is given (else dd's single stream, which
-  parallel readers can exceed); warm and shm against the pinned host-to-device copy.
+  parallel readers can exceed); warm and shm against the pinned host-to-device copy. With
+  several cold rounds, fio's best point reads the file again in every round, in turn with the
+  loaders, and the cold rounds' table holds each reader's median against fio's median: one
+  reading of a virtual disk can differ from the next by more than loaders differ.
 - cold: `sync; echo 3 > /proc/sys/vm/drop_caches` before the run; warm: the file read once with
   `cat` before the run; shm: the checkpoint copied to /dev/shm (tmpfs). Runs of a case go in
   rounds whose loader order reverses every other round: a virtual disk may cache below the
