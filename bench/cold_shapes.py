@@ -1,0 +1,108 @@
+#!/usr/bin/env python3
+"""Which read shape a cold disk serves fastest: fio's O_DIRECT points and gpufile's reads (each a
+fresh process, with its own settings) of one cold file, in alternating rounds, the page cache
+dropped before every reading. A virtual disk's readings differ from one to the next by more than
+the shapes do, so each reader runs in every round and the table gives medians.
+
+    python3 bench/cold_shapes.py FILE --rounds 5 \\
+        fio:512K:16 fio:4M:48 gpufile:default gpufile:bypass:GPUFILE_CACHE_POLICY=bypass
+
+A reader is `fio:BLOCK:DEPTH` (one job, io_uring, `O_DIRECT`) or `gpufile:LABEL[:VAR=VALUE,...]`
+(`gpufile.open(FILE).read` of the whole file into a `gpufile.DeviceBuffer` on GPU 0, the clock
+around the read only). Needs root (drop_caches); fio on PATH or --fio.
+"""
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+
+GB = 1e9
+
+GPUFILE_READ = """
+import gpufile, json, os, sys, time
+path = sys.argv[1]
+n = os.path.getsize(path)
+buf = gpufile.DeviceBuffer(n, device=0)
+with gpufile.open(path) as f:
+    t = time.perf_counter()
+    got = f.read(buf)
+    seconds = time.perf_counter() - t
+print(json.dumps({"bytes": got, "seconds": seconds}))
+"""
+
+
+def drop_caches():
+    subprocess.run(["sync"], check=True)
+    with open("/proc/sys/vm/drop_caches", "w") as f:
+        f.write("3\n")
+
+
+def parse_reader(text):
+    kind, _, rest = text.partition(":")
+    if kind == "fio":
+        bs, depth = rest.split(":")
+        return {"label": f"fio {bs} x {depth}", "kind": "fio", "bs": bs, "depth": int(depth)}
+    if kind == "gpufile":
+        label, _, env = rest.partition(":")
+        pairs = dict(kv.split("=", 1) for kv in env.split(",") if kv)
+        return {"label": f"gpufile {label}", "kind": "gpufile", "env": pairs}
+    raise argparse.ArgumentTypeError(f"not a reader: {text}")
+
+
+def read_once(reader, path, fio):
+    """GB/s of one reading of the cold file."""
+    drop_caches()
+    if reader["kind"] == "fio":
+        r = subprocess.run([fio, "--name=cold", f"--filename={path}", "--readonly", "--rw=read",
+                            "--direct=1", "--ioengine=io_uring", f"--bs={reader['bs']}",
+                            f"--iodepth={reader['depth']}", "--output-format=json"],
+                           capture_output=True, text=True, timeout=300, check=True)
+        return json.loads(r.stdout[r.stdout.index("{"):])["jobs"][0]["read"]["bw_bytes"] / GB
+    r = subprocess.run([sys.executable, "-c", GPUFILE_READ, path], capture_output=True, text=True,
+                       timeout=300, env=dict(os.environ, **reader["env"]))
+    if r.returncode:
+        raise RuntimeError((r.stderr.strip().splitlines() or ["?"])[-1])
+    out = json.loads(r.stdout.strip().splitlines()[-1])
+    if out["bytes"] != os.path.getsize(path):
+        raise RuntimeError(f"read {out['bytes']} bytes of {os.path.getsize(path)}")
+    return out["bytes"] / out["seconds"] / GB
+
+
+def median(xs):
+    xs = sorted(xs)
+    mid = len(xs) // 2
+    return xs[mid] if len(xs) % 2 else (xs[mid - 1] + xs[mid]) / 2
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("path")
+    ap.add_argument("readers", nargs="+", type=parse_reader)
+    ap.add_argument("--rounds", type=int, default=4)
+    ap.add_argument("--fio", default=shutil.which("fio"))
+    args = ap.parse_args()
+    results = {r["label"]: [] for r in args.readers}
+    for rnd in range(args.rounds):
+        order = args.readers if rnd % 2 == 0 else args.readers[::-1]
+        for reader in order:
+            try:
+                gbps = read_once(reader, args.path, args.fio)
+            except (OSError, RuntimeError, ValueError, subprocess.SubprocessError) as e:
+                print(f"round {rnd} {reader['label']}: failed: {e}", flush=True)
+                continue
+            results[reader["label"]].append(gbps)
+            print(f"round {rnd} {reader['label']}: {gbps:.2f} GB/s", flush=True)
+    print(f"\n{os.path.getsize(args.path) / GB:.2f} GB, {args.rounds} rounds, "
+          f"{time.strftime('%Y-%m-%d %H:%M')}\n")
+    print("| reader | GB/s, each round | median | fastest |\n|---|---|---|---|")
+    for label, xs in results.items():
+        if xs:
+            print(f"| {label} | {', '.join(f'{x:.2f}' for x in xs)} | {median(xs):.2f} | {max(xs):.2f} |")
+
+
+if __name__ == "__main__":
+    main()
