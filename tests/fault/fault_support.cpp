@@ -109,7 +109,7 @@ void FaultTest::SetUp() {
   set_or_unset("GPUFILE_ENGINE", engine == "auto" ? "" : engine);
   set_or_unset("GPUFILE_DIRECT_IO", direct_io);
   for (const char* v : {"GPUFILE_SMALL_IO_KB", "GPUFILE_WORKERS", "GPUFILE_SLAB_SIZE_KB",
-                        "GPUFILE_SLABS_PER_WORKER", "GPUFILE_RING_DEPTH"})
+                        "GPUFILE_SLABS_PER_WORKER", "GPUFILE_RING_DEPTH", "GPUFILE_COLD_READ_KB"})
     unsetenv(v);
   installed.emplace(faults);
   before_open();
