@@ -578,10 +578,10 @@ def fio_direct_gbps(fio, path, bs, depth, jobs):
     return job["read"]["bw_bytes"] / GB
 
 
-def fio_sweep(fio, path):
-    """Every FIO_POINTS point as a dict (bs, depth, jobs, gbps or error)."""
+def fio_sweep(fio, path, points_to_run=FIO_POINTS):
+    """Every point (bs, depth, jobs) as a dict with its gbps or error."""
     points = []
-    for bs, depth, jobs in FIO_POINTS:
+    for bs, depth, jobs in points_to_run:
         point = {"bs": bs, "depth": depth, "jobs": jobs}
         try:
             point["gbps"] = fio_direct_gbps(fio, path, bs, depth, jobs)
@@ -745,8 +745,9 @@ class Bench:
         except (OSError, RuntimeError) as e:
             self.state["ceilings"]["dd_direct_error"] = str(e)
         if self.args.fio:
-            log(f"ceiling: fio O_DIRECT reads of the cold checkpoint ({len(FIO_POINTS)} points)")
-            self.state["ceilings"]["fio"] = fio_sweep(self.args.fio, self.paths["st"])
+            points = [self.args.fio_point] if self.args.fio_point else FIO_POINTS
+            log(f"ceiling: fio O_DIRECT reads of the cold checkpoint ({len(points)} points)")
+            self.state["ceilings"]["fio"] = fio_sweep(self.args.fio, self.paths["st"], points)
         self.write_outputs()
 
     def ceiling_for(self, case):
@@ -1144,6 +1145,14 @@ def csv_choice(choices):
     return parse
 
 
+def fio_point(text):
+    try:
+        bs, depth, jobs = text.split(":")
+        return (bs, int(depth), int(jobs))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not BS:DEPTH:JOBS: {text}") from None
+
+
 def labelled_env(text):
     """'label:VAR=VALUE,VAR=VALUE' -> (label, {VAR: VALUE, ...})."""
     label, sep, assignments = text.partition(":")
@@ -1186,6 +1195,9 @@ def parse_args(argv):
                     help="fio, for the cold ceiling: O_DIRECT reads of the cold checkpoint at "
                          "several block sizes, queue depths and job counts (default: fio on "
                          "PATH; none: dd's single stream is the ceiling)")
+    ap.add_argument("--fio-point", type=fio_point, metavar="BS:DEPTH:JOBS",
+                    help="fio at this one point instead of the sweep (e.g. 512K:16:1): the point "
+                         "a sweep on the same disk chose, read again in every cold round")
     ap.add_argument("--timeout", type=int, default=120, help="seconds per child process")
     ap.add_argument("--reps", type=int, default=2, help="runs of each loader in the warm and shm "
                     "cases (alternating order); the table shows the fastest (default 2)")
