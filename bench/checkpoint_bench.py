@@ -26,6 +26,7 @@ import os
 import re
 import shlex
 import shutil
+import statistics
 import subprocess
 import sys
 import time
@@ -1053,12 +1054,6 @@ def best_rows(results):
     return out
 
 
-def median(xs):
-    xs = sorted(xs)
-    mid = len(xs) // 2
-    return xs[mid] if len(xs) % 2 else (xs[mid - 1] + xs[mid]) / 2
-
-
 def render_cold_rounds(state):
     """Per loader over the cold rounds: the median and fastest run, and the median against
     fio's median in the same rounds (the ceiling a noisy disk allows to be compared)."""
@@ -1069,11 +1064,11 @@ def render_cold_rounds(state):
     fio = next((v for k, v in runs.items() if v[0].get("fio")), None)
     if not fio or len(fio) < 2:
         return ""
-    fio_median = median([r["gbps"] for r in fio])
+    fio_median = statistics.median([r["gbps"] for r in fio])
     rows = []
     for label, rs in runs.items():
-        seconds = median([r["seconds"] for r in rs])
-        gbps = median([r["gbps"] for r in rs])
+        seconds = statistics.median([r["seconds"] for r in rs])
+        gbps = statistics.median([r["gbps"] for r in rs])
         rows.append([label, len(rs), f"{seconds:.2f}", f"{min(r['seconds'] for r in rs):.2f}",
                      f"{gbps:.2f}", f"{100 * gbps / fio_median:.0f}%"])
     return ("Cold, over the rounds (fio's best point of the sweep read again in every round, "

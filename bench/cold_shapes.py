@@ -16,11 +16,13 @@ import argparse
 import json
 import os
 import shutil
+import statistics
 import subprocess
 import sys
 import time
 
-GB = 1e9
+from benchlib import drop_caches
+from checkpoint_bench import GB, fio_direct_gbps
 
 GPUFILE_READ = """
 import gpufile, json, os, sys, time
@@ -33,12 +35,6 @@ with gpufile.open(path) as f:
     seconds = time.perf_counter() - t
 print(json.dumps({"bytes": got, "seconds": seconds}))
 """
-
-
-def drop_caches():
-    subprocess.run(["sync"], check=True)
-    with open("/proc/sys/vm/drop_caches", "w") as f:
-        f.write("3\n")
 
 
 def parse_reader(text):
@@ -54,14 +50,10 @@ def parse_reader(text):
 
 
 def read_once(reader, path, fio):
-    """GB/s of one reading of the cold file."""
-    drop_caches()
+    """GB/s of one reading of the cold file (the page cache dropped first)."""
     if reader["kind"] == "fio":
-        r = subprocess.run([fio, "--name=cold", f"--filename={path}", "--readonly", "--rw=read",
-                            "--direct=1", "--ioengine=io_uring", f"--bs={reader['bs']}",
-                            f"--iodepth={reader['depth']}", "--output-format=json"],
-                           capture_output=True, text=True, timeout=300, check=True)
-        return json.loads(r.stdout[r.stdout.index("{"):])["jobs"][0]["read"]["bw_bytes"] / GB
+        return fio_direct_gbps(fio, path, reader["bs"], reader["depth"], 1)
+    drop_caches()
     r = subprocess.run([sys.executable, "-c", GPUFILE_READ, path], capture_output=True, text=True,
                        timeout=300, env=dict(os.environ, **reader["env"]))
     if r.returncode:
@@ -70,12 +62,6 @@ def read_once(reader, path, fio):
     if out["bytes"] != os.path.getsize(path):
         raise RuntimeError(f"read {out['bytes']} bytes of {os.path.getsize(path)}")
     return out["bytes"] / out["seconds"] / GB
-
-
-def median(xs):
-    xs = sorted(xs)
-    mid = len(xs) // 2
-    return xs[mid] if len(xs) % 2 else (xs[mid - 1] + xs[mid]) / 2
 
 
 def main():
@@ -91,7 +77,7 @@ def main():
         for reader in order:
             try:
                 gbps = read_once(reader, args.path, args.fio)
-            except (OSError, RuntimeError, ValueError, subprocess.SubprocessError) as e:
+            except (OSError, RuntimeError, ValueError, KeyError, subprocess.SubprocessError) as e:
                 print(f"round {rnd} {reader['label']}: failed: {e}", flush=True)
                 continue
             results[reader["label"]].append(gbps)
@@ -101,7 +87,7 @@ def main():
     print("| reader | GB/s, each round | median | fastest |\n|---|---|---|---|")
     for label, xs in results.items():
         if xs:
-            print(f"| {label} | {', '.join(f'{x:.2f}' for x in xs)} | {median(xs):.2f} | {max(xs):.2f} |")
+            print(f"| {label} | {', '.join(f'{x:.2f}' for x in xs)} | {statistics.median(xs):.2f} | {max(xs):.2f} |")
 
 
 if __name__ == "__main__":
