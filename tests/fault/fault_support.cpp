@@ -211,8 +211,9 @@ void FaultTest::reregister() {
   ASSERT_EQ(cuFileHandleRegister(&fh, &d).err, CU_FILE_SUCCESS);
 }
 
-size_t FaultTest::count(gpufile::sys::FaultOp op) {
-  return faults.add({.op = op, .times = gpufile::sys::FaultRule::persistent, .probability = 0.0});
+size_t FaultTest::count(gpufile::sys::FaultOp op, bool direct_only) {
+  return faults.add({.op = op, .direct_only = direct_only, .times = gpufile::sys::FaultRule::persistent,
+                     .probability = 0.0});
 }
 
 std::optional<gpufile::sys::Residency> FaultTest::residency(uint64_t off, uint64_t len) {
