@@ -72,10 +72,6 @@ struct ExecutorConfig {
   unsigned cold_slabs_per_worker = 0;
   uint64_t slab_bytes = 4 << 20;
   uint64_t min_chunk_bytes = 256 << 10;  // a request is cut no finer than this (a 4 KiB multiple)
-  // A worker's O_DIRECT read of one piece goes to the kernel in reads of at most this many bytes
-  // (a multiple of the O_DIRECT alignment), each issued when the one before it completes; 0: the
-  // piece in one read (gpufile.cold_read_kb).
-  uint64_t cold_read_bytes = 0;
   unsigned ring_depth = 64;
   EnginePolicy engine = EnginePolicy::automatic;
   unsigned cores = 1;  // online CPUs: what the routing shares between callers and workers

@@ -105,7 +105,6 @@ exec::ExecutorConfig executor_config(const Settings& s, const exec::Budget& budg
   c.cold_slabs_per_worker = static_cast<unsigned>(s.cold_slabs_per_worker);
   c.slab_bytes = std::max<uint64_t>(kMaxDioAlign, align_up(s.slab_size_kb * 1024, kMaxDioAlign));
   c.min_chunk_bytes = align_up(s.min_chunk_kb * 1024, kPageSize);
-  c.cold_read_bytes = align_up(s.cold_read_kb * 1024, kMaxDioAlign);
   c.ring_depth = static_cast<unsigned>(std::max<size_t>(8, s.ring_depth));
   c.engine = s.engine;
   return c;

@@ -244,11 +244,6 @@ void Worker::issue(unsigned i, unsigned p, int k) {
   op.len = static_cast<uint32_t>(seg.len - seg.done);
   op.off = seg.file_off + seg.done;
   op.tag = (i * kMaxPack + p) * kSegsPerPiece + static_cast<unsigned>(k);
-  // gpufile.cold_read_kb: the rest of the piece follows when this part completes (on_io finds
-  // the segment not done and issues it again), so the pieces in flight, not the piece's size,
-  // set how many reads the disk has at once and how far apart they lie.
-  if (cfg_.cold_read_bytes != 0 && seg.direct && op.kind == sys::IoKind::read)
-    op.len = static_cast<uint32_t>(std::min<uint64_t>(op.len, cfg_.cold_read_bytes));
   if (std::mutex* turn = piece.chunk.job->file.write_lock.get(); turn && op.kind == sys::IoKind::write)
     return write_in_turn(op, *turn);
   // Blocks this worker until the piece's bytes are cached: its other slots' copies wait

@@ -109,7 +109,7 @@ void FaultTest::SetUp() {
   set_or_unset("GPUFILE_ENGINE", engine == "auto" ? "" : engine);
   set_or_unset("GPUFILE_DIRECT_IO", direct_io);
   for (const char* v : {"GPUFILE_SMALL_IO_KB", "GPUFILE_WORKERS", "GPUFILE_SLAB_SIZE_KB",
-                        "GPUFILE_SLABS_PER_WORKER", "GPUFILE_RING_DEPTH", "GPUFILE_COLD_READ_KB"})
+                        "GPUFILE_SLABS_PER_WORKER", "GPUFILE_RING_DEPTH"})
     unsetenv(v);
   installed.emplace(faults);
   before_open();
@@ -211,9 +211,8 @@ void FaultTest::reregister() {
   ASSERT_EQ(cuFileHandleRegister(&fh, &d).err, CU_FILE_SUCCESS);
 }
 
-size_t FaultTest::count(gpufile::sys::FaultOp op, bool direct_only) {
-  return faults.add({.op = op, .direct_only = direct_only, .times = gpufile::sys::FaultRule::persistent,
-                     .probability = 0.0});
+size_t FaultTest::count(gpufile::sys::FaultOp op) {
+  return faults.add({.op = op, .times = gpufile::sys::FaultRule::persistent, .probability = 0.0});
 }
 
 std::optional<gpufile::sys::Residency> FaultTest::residency(uint64_t off, uint64_t len) {

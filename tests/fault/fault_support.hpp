@@ -98,9 +98,8 @@ class FaultTest : public ::testing::Test {
   void reregister();
   // Whether the registered file takes O_DIRECT.
   bool direct_capable();
-  // A rule that counts the calls of `op` without faulting any (faults.seen(id) reads it); only
-  // those on O_DIRECT files where `direct_only`.
-  size_t count(gpufile::sys::FaultOp op, bool direct_only = false);
+  // A rule that counts the calls of `op` without faulting any (faults.seen(id) reads it).
+  size_t count(gpufile::sys::FaultOp op);
   // Pages of [off, off+len) of the file in the page cache (cachestat), and its pages in all;
   // nullopt where the kernel cannot say.
   std::optional<gpufile::sys::Residency> residency(uint64_t off, uint64_t len);

@@ -64,9 +64,6 @@ SessionConfig draw_session(Rng& r, bool uring_refused) {
   // Rings that grow once long reads go direct (0: they never do).
   static const int cold[] = {0, 3, 6};
   c.cold_slabs_per_worker = r.pick(cold);
-  // Cold reads cut into kernel reads of 4 or 16 KiB where the rings grow, whole where they do
-  // not: tied to that draw rather than drawn, so that every seed keeps the scenario it had.
-  c.cold_read_kb = c.cold_slabs_per_worker == 3 ? 4 : c.cold_slabs_per_worker == 6 ? 16 : 0;
   return c;
 }
 

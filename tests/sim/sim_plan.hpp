@@ -25,14 +25,14 @@ struct SessionConfig {
   std::string engine = "auto";
   std::string direct_io = "auto";
   int workers = 2, slab_kb = 64, small_io_kb = 64, min_chunk_kb = 16, slabs_per_worker = 2,
-      ring_depth = 64, cold_slabs_per_worker = 0, cold_read_kb = 0;
+      ring_depth = 64, cold_slabs_per_worker = 0;
   std::string describe() const {
     char s[240];
     std::snprintf(s, sizeof s,
                   "engine=%s direct_io=%s workers=%d slab=%dK small_io=%dK min_chunk=%dK "
-                  "slabs/worker=%d cold slabs/worker=%d cold read=%dK ring=%d",
+                  "slabs/worker=%d cold slabs/worker=%d ring=%d",
                   engine.c_str(), direct_io.c_str(), workers, slab_kb, small_io_kb, min_chunk_kb,
-                  slabs_per_worker, cold_slabs_per_worker, cold_read_kb, ring_depth);
+                  slabs_per_worker, cold_slabs_per_worker, ring_depth);
     return s;
   }
 };

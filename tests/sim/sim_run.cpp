@@ -951,7 +951,6 @@ void apply_settings(const SessionConfig& c) {
   setenv("GPUFILE_SLABS_PER_WORKER", std::to_string(c.slabs_per_worker).c_str(), 1);
   setenv("GPUFILE_RING_DEPTH", std::to_string(c.ring_depth).c_str(), 1);
   setenv("GPUFILE_COLD_SLABS_PER_WORKER", std::to_string(c.cold_slabs_per_worker).c_str(), 1);
-  setenv("GPUFILE_COLD_READ_KB", std::to_string(c.cold_read_kb).c_str(), 1);
   setenv("GPUFILE_CALLER_SLABS", "0", 1);
 }
 
