@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "core/laps.hpp"
+#include "core/log.hpp"
 #include "sys/os.hpp"
 
 namespace gpufile::cuda {
@@ -216,7 +217,14 @@ Error alloc_pinned_many(std::vector<PinnedRequest>& regions, std::vector<PinnedB
 
 void free_pinned(void* p, size_t bytes) {
   if (p == nullptr) return;
-  if (const Driver* d = driver()) d->MemHostUnregister(p);
+  // The driver unregisters only with a context current (else CUDA_ERROR_INVALID_VALUE) and the
+  // pages would stay pinned past the munmap below; every owner frees with one current (the
+  // session's close borrows one). Said, so that a path that does not is found; not when the
+  // driver has shut down (a process's exit), which lets go of everything itself.
+  if (const Driver* d = driver(); d != nullptr)
+    if (const CUresult r = d->MemHostUnregister(p); r != CUDA_SUCCESS && r != CUDA_ERROR_DEINITIALIZED)
+      GPUFILE_LOG(LogLevel::warn, "unpinning %zu bytes of staging failed (CUresult %d): they stay pinned",
+                  bytes, static_cast<int>(r));
   munmap(p, round_up(bytes, kPage));
   g_live_pinned.fetch_sub(round_up(bytes, kPage), std::memory_order_relaxed);
 }

@@ -314,9 +314,11 @@ class PlacementOs : public gpufile::sys::Os {
 };
 
 // Pinned staging is registered with the CUDA driver where there is one (its test double under
-// ctest), which wants a context current, as a driver session makes one.
+// ctest), and unregistered when the executor goes: both want a context current, as a driver
+// session makes one for its whole life. So each test borrows one before its executor is made
+// (destroyed after it); without, the staging stayed registered and the next test's start,
+// handed the same addresses, failed (CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED).
 std::vector<WorkerPlace> started_places(Executor& e, unsigned workers) {
-  gpufile::cuda::ScopedAnyContext context;
   EXPECT_FALSE(e.start());
   // The threads pin themselves as they start: wait (bounded) until all did.
   for (int i = 0; i < 2000; ++i) {
@@ -339,6 +341,7 @@ TEST(ExecutorPlacement, PinsEachGroupAndPlacesItsStaging) {
     c.slab_bytes = 64 << 10;
     c.engine = gpufile::EnginePolicy::posix;
     c.groups = {WorkerGroup{0, {0, 1}, 0x1, 2}, WorkerGroup{1, {2, 3}, 0x2, 1}};
+    gpufile::cuda::ScopedAnyContext context;
     Executor e(c);
     const auto places = started_places(e, 3);
     ASSERT_EQ(places.size(), 3u);
@@ -363,8 +366,8 @@ TEST(ExecutorPlacement, UnplacedWorkersAreLeftAlone) {
     c.workers = 2;
     c.slab_bytes = 64 << 10;
     c.engine = gpufile::EnginePolicy::posix;
-    Executor e(c);  // no groups: today's behaviour
     gpufile::cuda::ScopedAnyContext context;
+    Executor e(c);  // no groups: today's behaviour
     ASSERT_FALSE(e.start());
     for (const WorkerPlace& p : e.places()) {
       EXPECT_EQ(p.node, -1);
@@ -387,6 +390,7 @@ TEST(ExecutorPlacement, ARefusedPinningIsReportedNotFatal) {
     c.slab_bytes = 64 << 10;
     c.engine = gpufile::EnginePolicy::posix;
     c.groups = {WorkerGroup{0, {0}, 0x1, 1}};
+    gpufile::cuda::ScopedAnyContext context;
     Executor e(c);
     const auto places = started_places(e, 1);
     ASSERT_EQ(places.size(), 1u);
