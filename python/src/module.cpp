@@ -250,20 +250,33 @@ class PyFile {
     return new StreamFuture(std::move(b), std::move(op), file_->path());
   }
 
-  // A read of rows of the file packed into memory at `addr` (exec/gather.hpp); the caller keeps
-  // the memory alive until the future is done.
+  // Rows of the file (exec/gather.hpp's FileRows: `run` bytes, counts[k] of them strides[k]
+  // apart along each outer dimension, from file_offset) packed into `buf` from buf_offset. The
+  // Future holds the buffer until the IO is over.
+  PyFuture* start_rows_into(nb::handle buf, uint64_t run, const std::vector<uint64_t>& counts,
+                            const std::vector<uint64_t>& strides, uint64_t file_offset,
+                            uint64_t buf_offset) {
+    check_open(sys::IoKind::read);
+    const exec::FileRows rows = checked_rows(run, counts, strides, file_offset);
+    auto b = Buffer::acquire(buf, /*writable=*/true);
+    span(*b, rows.bytes(), buf_offset);  // a ValueError where the packed rows do not fit
+    const uintptr_t at = b->addr() + buf_offset;
+    return start_rows_at(at, rows, std::move(b));
+  }
+
+  uint64_t read_rows_into(nb::handle buf, uint64_t run, const std::vector<uint64_t>& counts,
+                          const std::vector<uint64_t>& strides, uint64_t file_offset,
+                          uint64_t buf_offset) {
+    std::unique_ptr<PyFuture> f(start_rows_into(buf, run, counts, strides, file_offset, buf_offset));
+    return f->result(std::nullopt);
+  }
+
+  // The same at a raw address, for the loaders: the caller keeps the memory alive until the
+  // Future is done.
   PyFuture* start_rows(uintptr_t addr, uint64_t run, const std::vector<uint64_t>& counts,
                        const std::vector<uint64_t>& strides, uint64_t file_offset) {
     check_open(sys::IoKind::read);
-    exec::FileRows rows{file_offset, run, counts, strides};
-    std::unique_ptr<api::Future> f;
-    Error e;
-    {
-      nb::gil_scoped_release unlocked;
-      e = file_->start_rows(reinterpret_cast<const void*>(addr), rows, &f);
-    }
-    if (e) raise(e, "pread_rows", file_->path().c_str());
-    return new PyFuture(std::move(f), nullptr);
+    return start_rows_at(addr, checked_rows(run, counts, strides, file_offset), nullptr);
   }
 
   std::optional<bool> cached(uint64_t offset, uint64_t length) const {
@@ -272,6 +285,31 @@ class PyFile {
   }
 
  private:
+  // The rows, or a ValueError that says what is wrong with them.
+  static exec::FileRows checked_rows(uint64_t run, const std::vector<uint64_t>& counts,
+                                     const std::vector<uint64_t>& strides, uint64_t file_offset) {
+    if (run == 0) throw nb::value_error("run must be at least 1 byte");
+    if (counts.size() != strides.size())
+      throw nb::value_error(("counts has " + std::to_string(counts.size()) + " dimensions and strides " +
+                             std::to_string(strides.size()) + ": one stride per count").c_str());
+    for (uint64_t c : counts)
+      if (c == 0) throw nb::value_error("every count must be at least 1");
+    exec::FileRows rows{file_offset, run, counts, strides};
+    if (rows.check()) throw nb::value_error("the rows reach past the largest file offset (2**63)");
+    return rows;
+  }
+
+  PyFuture* start_rows_at(uintptr_t addr, const exec::FileRows& rows, std::unique_ptr<Buffer> b) {
+    std::unique_ptr<api::Future> f;
+    Error e;
+    {
+      nb::gil_scoped_release unlocked;
+      e = file_->start_rows(reinterpret_cast<const void*>(addr), rows, &f);
+    }
+    if (e) raise(e, "pread_rows", file_->path().c_str());
+    return new PyFuture(std::move(f), std::move(b), file_->path());
+  }
+
   void check_open() const {
     if (closed()) throw nb::value_error("I/O operation on closed gpufile.File");
   }
@@ -583,11 +621,18 @@ NB_MODULE(_gpufile, m) {
              return f.start_raw(sys::IoKind::write, addr, size, file_offset);
            },
            "ptr"_a, "size"_a, "file_offset"_a = 0, nb::rv_policy::take_ownership)
+      .def("pread_rows", &PyFile::start_rows_into, "buf"_a, "run"_a, "counts"_a, "strides"_a,
+           "file_offset"_a = 0, "buf_offset"_a = 0, nb::rv_policy::take_ownership,
+           "Reads rows of `run` bytes, counts[k] of them strides[k] bytes apart along each outer "
+           "dimension (outermost first) from file_offset, packed in C order into buf (host or GPU "
+           "memory) from buf_offset; a Future of the bytes read, fewer only where the file ends. "
+           "A part of a tensor split along its last dimension is one call.")
+      .def("read_rows", &PyFile::read_rows_into, "buf"_a, "run"_a, "counts"_a, "strides"_a,
+           "file_offset"_a = 0, "buf_offset"_a = 0,
+           "pread_rows, waited for: the bytes read.")
       .def("_pread_rows_ptr", &PyFile::start_rows, "ptr"_a, "run"_a, "counts"_a, "strides"_a, "file_offset"_a,
            nb::rv_policy::take_ownership,
-           "Reads rows of `run` bytes, counts[k] of them strides[k] bytes apart along each outer "
-           "dimension from file_offset, packed into memory at ptr (host or device); a Future of "
-           "the bytes read. For loaders of parts of tensors: rows the page cache holds.")
+           "pread_rows into memory at ptr, which the caller keeps alive until the Future is done.")
       .def("_cached", &PyFile::cached, "offset"_a, "length"_a,
            "Whether the page cache holds every byte of the range; None where the kernel cannot say.")
       .def("read_async",
