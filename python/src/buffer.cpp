@@ -322,4 +322,17 @@ Buffer::~Buffer() {
   if (dl_ != nullptr && dl_->deleter != nullptr) dl_->deleter(dl_);
 }
 
+uint64_t span(const Buffer& b, std::optional<uint64_t> size, uint64_t buf_offset) {
+  if (buf_offset > b.nbytes())
+    throw nb::value_error(("buf_offset " + std::to_string(buf_offset) + " is past the end of the " +
+                           std::to_string(b.nbytes()) + "-byte buffer").c_str());
+  const uint64_t room = b.nbytes() - buf_offset;
+  if (!size) return room;
+  if (*size > room)
+    throw nb::value_error(("size " + std::to_string(*size) + " does not fit the buffer: " +
+                           std::to_string(room) + " bytes from buf_offset " +
+                           std::to_string(buf_offset)).c_str());
+  return *size;
+}
+
 }  // namespace gpufile::py

@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 
 #include "dlpack.hpp"
 
@@ -59,5 +60,9 @@ uint64_t contiguous_bytes(const int64_t* shape, const int64_t* strides_bytes, in
 // or another. Does nothing without a CUDA driver. A stream other than the legacy one that is
 // already idle costs one cuStreamQuery, with the GIL kept.
 void synchronize_stream(uintptr_t stream, uint64_t addr);
+
+// Bytes an IO moves: `size`, or the rest of the buffer after `buf_offset`; a ValueError where
+// they do not fit.
+uint64_t span(const Buffer& b, std::optional<uint64_t> size, uint64_t buf_offset);
 
 }  // namespace gpufile::py

@@ -73,4 +73,10 @@ void raise_timeout(double seconds) {
   throw nb::python_error();
 }
 
+[[noreturn]] void raise_unsupported(const char* message) {
+  nb::object unsupported = nb::module_::import_("io").attr("UnsupportedOperation");
+  PyErr_SetString(unsupported.ptr(), message);
+  throw nb::python_error();
+}
+
 }  // namespace gpufile::py

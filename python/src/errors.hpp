@@ -20,5 +20,7 @@ void register_errors(nb::module_ m);
 // message that already says what happened (remote objects' failures).
 [[noreturn]] void raise_os(int err, const std::string& message, const std::string& filename);
 [[noreturn]] void raise_timeout(double seconds);
+// io.UnsupportedOperation, as Python's files raise for an IO their mode does not allow.
+[[noreturn]] void raise_unsupported(const char* message);
 
 }  // namespace gpufile::py
