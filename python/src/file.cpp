@@ -208,17 +208,11 @@ class PyFile {
   }
 
  private:
-  // The rows, or a ValueError that says what is wrong with them.
+  // The rows, or a ValueError that says what is wrong with them (exec::FileRows::problem).
   static exec::FileRows checked_rows(uint64_t run, const std::vector<uint64_t>& counts,
                                      const std::vector<uint64_t>& strides, uint64_t file_offset) {
-    if (run == 0) throw nb::value_error("run must be at least 1 byte");
-    if (counts.size() != strides.size())
-      throw nb::value_error(("counts has " + std::to_string(counts.size()) + " dimensions and strides " +
-                             std::to_string(strides.size()) + ": one stride per count").c_str());
-    for (uint64_t c : counts)
-      if (c == 0) throw nb::value_error("every count must be at least 1");
     exec::FileRows rows{file_offset, run, counts, strides};
-    if (rows.check()) throw nb::value_error("the rows reach past the largest file offset (2**63)");
+    if (const std::string why = rows.problem(); !why.empty()) throw nb::value_error(why.c_str());
     return rows;
   }
 

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <string>
 #include <utility>
 
 #include "cuda/driver.hpp"
@@ -31,18 +32,21 @@ uint64_t FileRows::span_end() const {
   return end;
 }
 
-Error FileRows::check() const {
+std::string FileRows::problem() const {
   using Wide = unsigned __int128;
   constexpr Wide kLimit = Wide{1} << 63;
-  if (run == 0 || counts.size() != strides.size()) return Error::of(Errc::invalid_argument);
+  if (run == 0) return "run must be at least 1 byte";
+  if (counts.size() != strides.size())
+    return "counts has " + std::to_string(counts.size()) + " dimensions and strides " +
+           std::to_string(strides.size()) + ": one stride per count";
   Wide end = Wide{first} + run, total = run;
   for (size_t k = 0; k < counts.size(); ++k) {
-    if (counts[k] == 0) return Error::of(Errc::invalid_argument);
+    if (counts[k] == 0) return "every count must be at least 1";
     end += Wide{counts[k] - 1} * strides[k];
     total *= counts[k];
-    if (end > kLimit || total > kLimit) return Error::of(Errc::invalid_argument);
+    if (end > kLimit || total > kLimit) return "the rows reach past the largest file offset (2^63)";
   }
-  return Error::none();
+  return {};
 }
 
 namespace {

@@ -14,6 +14,7 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "core/error.hpp"
@@ -37,9 +38,12 @@ struct FileRows {
   uint64_t row_offset(uint64_t index) const;
   // File offset one past the last row's last byte.
   uint64_t span_end() const;
-  // invalid_argument when counts and strides differ in length, the run is empty, a count is zero,
-  // or the rows would reach past 2^63 (the largest file offset).
-  Error check() const;
+  // What is wrong with the rows, in a sentence (empty when nothing is): counts and strides of
+  // different lengths, an empty run, a zero count, or rows that would reach past 2^63 (the
+  // largest file offset).
+  std::string problem() const;
+  // invalid_argument where problem() says something.
+  Error check() const { return problem().empty() ? Error::none() : Error::of(Errc::invalid_argument); }
 };
 
 // Reads `rows` into the job's memory (job.addr, host or GPU; job.len == rows.bytes()), row
