@@ -18,13 +18,8 @@ if compgen -G ".whl/*.whl" >/dev/null; then
     --target /tmp/site .whl/*.whl
   export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH}
 fi
-# fio for the cold ceiling (checkpoint_bench.py --fio), built once from .peers/fio where it
-# travelled with the tree: the machine has no fio (bench/clients-run.sh says how to fill .peers).
-if ! command -v fio >/dev/null && [ -f .peers/fio/configure ] && [ ! -x /tmp/fio-plain/fio ]; then
-  rm -rf /tmp/fio-plain && cp -r .peers/fio /tmp/fio-plain &&
-    (cd /tmp/fio-plain && ./configure --disable-native && make -j"$(nproc)") \
-      >"$OUT/fio-build.log" 2>&1 || tail -n 5 "$OUT/fio-build.log"
-fi
+# fio for the cold ceiling (checkpoint_bench.py --fio), built once from .peers/fio.
+bash bench/fio-build.sh "$OUT/fio-build.log"
 [ -x /tmp/fio-plain/fio ] && export PATH=/tmp/fio-plain:$PATH
 export PYTHONUNBUFFERED=1
 exec python3 bench/checkpoint_bench.py --size 8 --dir /root/ckpt --out "$OUT" "$@"

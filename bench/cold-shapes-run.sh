@@ -34,10 +34,7 @@ done
 # Set-up, side by side: gpufile's Python package, fio from its source, fastsafetensors' wheel.
 [ -d /tmp/gpufile-py/gpufile ] || (bash bench/python-gpu-setup.sh >"$OUT/python-setup.log" 2>&1 ||
                                    tail -n 3 "$OUT/python-setup.log") &
-if ! command -v fio >/dev/null && [ ! -x /tmp/fio-plain/fio ] && [ -f .peers/fio/configure ]; then
-  (rm -rf /tmp/fio-plain && cp -r .peers/fio /tmp/fio-plain && cd /tmp/fio-plain &&
-     ./configure --disable-native && make -j"$(nproc)") >"$OUT/fio-build.log" 2>&1 &
-fi
+bash bench/fio-build.sh "$OUT/fio-build.log" &
 if compgen -G ".whl/fastsafetensors*.whl" >/dev/null; then
   python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl/fastsafetensors*.whl &
 fi
