@@ -76,7 +76,8 @@
 //                               stages page-cache bytes through pinned memory reaches for this
 //                               shape: on the H200 machine the DMA reads bytes the CPU has just
 //                               written far slower than old ones, so this sits well below
-//                               min(H2D, pread) at 1-4 MiB (docs/performance.md, "Many callers")
+//                               min(H2D, pread) at 1-4 MiB (docs/performance.md, "Many callers").
+//                               Its clock starts at GPUFILE_COMPARE_START_AT where that is set
 // Baselines (what hand-written loaders do):
 //   naive FILE                  pread 16 MiB pieces into one pinned buffer, cuMemcpyHtoD each
 //   pageable FILE               the same with a malloc'd buffer
@@ -290,6 +291,20 @@ int piece_ceiling(const char* path, uint64_t size, int threads, uint64_t io, Hos
   return 0;
 }
 
+// Waits until GPUFILE_COMPARE_START_AT (seconds since the epoch), so that processes started
+// together measure the same stretch whatever their set-up took. Returns how late it was (0 if
+// on time or unset): a late process copied alone for a while, and its line says so.
+double wait_for_start() {
+  const char* at = std::getenv("GPUFILE_COMPARE_START_AT");
+  if (at == nullptr || *at == 0) return 0;
+  const auto start = std::chrono::system_clock::time_point(
+      std::chrono::duration_cast<std::chrono::system_clock::duration>(
+          std::chrono::duration<double>(std::atof(at))));
+  const double late = std::chrono::duration<double>(std::chrono::system_clock::now() - start).count();
+  if (late < 0) std::this_thread::sleep_until(start);
+  return std::max(0.0, late);
+}
+
 // How a staged part reaches its pinned buffer: the kernel's copy (pread), or the CPU's out of a
 // mapping of the page cache, with plain stores (memcpy) or non-temporal ones, which write the
 // buffer without reading its lines into the cache first (one crossing of host memory fewer).
@@ -340,6 +355,7 @@ int staged_ceiling(const char* path, uint64_t size, int threads, uint64_t io, in
   std::atomic<bool> ok{true};
   cuda::CUcontext ctx = nullptr;
   d->CtxGetCurrent(&ctx);
+  const double late = wait_for_start();
   Timer t;
   std::vector<std::thread> pool;
   for (int i = 0; i < threads; ++i)
@@ -364,7 +380,8 @@ int staged_ceiling(const char* path, uint64_t size, int threads, uint64_t io, in
   static const char* const kHow[] = {"pread", "memcpy from a mapping", "non-temporal copy from a mapping"};
   t.report("staged", total * io,
            "(" + std::to_string(threads) + " threads, " + std::to_string(io >> 10) + " KiB, " +
-               std::to_string(parts) + " parts, " + kHow[static_cast<int>(how)] + ")");
+               std::to_string(parts) + " parts, " + kHow[static_cast<int>(how)] + ")" +
+               (late > 0 ? ", started " + std::to_string(late) + " s late" : ""));
   if (map != nullptr) munmap(const_cast<char*>(map), size);
   close(fd);
   return 0;
@@ -545,20 +562,6 @@ std::vector<int> gpu_list(const std::string& list, int count) {
     at = comma + 1;
   }
   return out;
-}
-
-// Waits until GPUFILE_COMPARE_START_AT (seconds since the epoch), so that processes started
-// together measure the same stretch whatever their set-up took. Returns how late it was (0 if
-// on time or unset): a late process copied alone for a while, and its line says so.
-double wait_for_start() {
-  const char* at = std::getenv("GPUFILE_COMPARE_START_AT");
-  if (at == nullptr || *at == 0) return 0;
-  const auto start = std::chrono::system_clock::time_point(
-      std::chrono::duration_cast<std::chrono::system_clock::duration>(
-          std::chrono::duration<double>(std::atof(at))));
-  const double late = std::chrono::duration<double>(std::chrono::system_clock::now() - start).count();
-  if (late < 0) std::this_thread::sleep_until(start);
-  return std::max(0.0, late);
 }
 
 int register_pipeline(const std::string& path, uint64_t window, int gpu) {
