@@ -1,6 +1,7 @@
 #include "exec/budget.hpp"
 
 #include <algorithm>
+#include <bit>
 #include <charconv>
 #include <cstring>
 
@@ -49,6 +50,20 @@ uint64_t pagecache_dma_budget(uint64_t per_gpu, unsigned devices, unsigned local
                               uint64_t memory) {
   const uint64_t gpus = std::max(1u, devices / std::max(1u, local_world));
   return std::min(per_gpu * gpus, memory / 8);
+}
+
+uint64_t shared_piece_bytes(uint64_t setting, uint64_t last_level_cache, unsigned processes,
+                            unsigned workers, unsigned slabs_per_worker, uint64_t slab) {
+  constexpr uint64_t kSmallest = 256 << 10;
+  if (processes == 0) return 0;
+  uint64_t piece = setting;
+  if (piece == 0) {
+    const uint64_t in_flight = uint64_t{processes} * std::max(1u, workers) * std::max(1u, slabs_per_worker);
+    const uint64_t room = last_level_cache / 3 / in_flight;
+    if (room == 0) return 0;  // unknown (or tiny) cache: as before
+    piece = std::max(kSmallest, std::bit_floor(room));
+  }
+  return piece < slab ? piece : 0;
 }
 
 }  // namespace gpufile::exec

@@ -265,6 +265,8 @@ route::LoadFacts Executor::load_facts(const Job& job) const {
   f.cores = cfg_.cores;
   f.min_chunk = cfg_.min_chunk_bytes;
   f.slab = cfg_.slab_bytes;
+  const uint64_t shared = shared_piece();
+  if (shared > 0 && job.staged() && !job.direct && !job.fills_cache) f.slab = std::min(f.slab, shared);
   f.fill_folio = job.fills_cache ? sys::Os::kFillFolio : 0;
   return f;
 }

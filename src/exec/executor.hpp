@@ -114,6 +114,11 @@ class Executor {
   // piece sizes, and the folio its cache fill goes by. The runtime adds what it knows of the
   // caller (route::LoadFacts' other fields); asynchronous IO goes by these alone.
   route::LoadFacts load_facts(const Job& job) const;
+  // The largest piece of a staged read of cached bytes (not O_DIRECT, not a cache fill) into
+  // GPU memory, below a slab; 0: a slab. Set where other GPUs' staging shares the host's memory
+  // (exec::shared_piece_bytes), so that the pieces in flight stay in the last-level cache.
+  void set_shared_piece(uint64_t bytes) { shared_piece_.store(bytes, std::memory_order_relaxed); }
+  uint64_t shared_piece() const { return shared_piece_.load(std::memory_order_relaxed); }
   // Asynchronous IO: spreads each job over every worker and lists them all at once (so that
   // small reads submitted together can share a worker's slab). Jobs must stay alive until they
   // complete.
@@ -208,6 +213,7 @@ class Executor {
   Job* tail_ = nullptr;
   bool stopping_ = false;
   std::atomic<unsigned> idle_{0};
+  std::atomic<uint64_t> shared_piece_{0};
   std::vector<std::unique_ptr<Worker>> workers_;
   std::vector<std::thread> threads_;
   std::vector<cuda::PinnedBlock> staging_;  // the workers' slabs are slices of these

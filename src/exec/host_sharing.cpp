@@ -33,6 +33,15 @@ bool HostSharing::shared(int device) {
   return decide().shared;
 }
 
+unsigned HostSharing::staging_processes() {
+  std::unique_lock lock(state_->mu);
+  join_if_answered();
+  if (!gpu_) return 0;
+  if (local_world_ > 1) return local_world_;
+  if (state_->others && *state_->others > 0) return *state_->others + 1;
+  return std::popcount(read_into_) > 1 ? 1 : 0;
+}
+
 std::string HostSharing::why() {
   std::unique_lock lock(state_->mu);
   ask_if_stale(lock);

@@ -56,6 +56,11 @@ class HostSharing {
   // Whether the host's memory is shared with other GPUs now, for a read into GPU `device`
   // (counted among the GPUs this process reads into; -1: none). Never waits for NVML.
   bool shared(int device = -1);
+  // How many processes' staging is known to share the host's memory now: the launcher's count,
+  // NVML's count of other processes plus this one, or 1 where this process reads into several
+  // GPUs; 0 where none is known to (NVML not answered yet, or unable to tell, counts as none).
+  // Never asks NVML and never waits (exec::shared_piece_bytes sizes staged pieces from it).
+  unsigned staging_processes();
   // Why, in a few words, for `gpufile check` (which waits up to a second for NVML's answer).
   std::string why();
   // Waits up to `most` for a question out to NVML to come back: before fork(), so that no

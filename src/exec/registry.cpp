@@ -205,6 +205,11 @@ Error Runtime::explain_file(void* handle, FileReport* out) {
   out->cache_dma_budget = s->pagecache_dma ? s->pagecache_dma->budget() : 0;
   if (s->sharing) out->sharing_why = s->sharing->why();  // first: it waits for NVML's answer
   out->gpus_share_host = s->gpus_share_host();
+  s->size_shared_pieces();
+  out->shared_piece = s->exec->shared_piece();
+  out->slab = s->exec->config().slab_bytes;
+  out->staging_processes = s->sharing ? s->sharing->staging_processes() : 0;
+  out->last_level_cache = s->last_level_cache;
   if (out->cache_dma_budget > 0) out->long_read_windows_from = s->long_read_windows_from();
   explain_vendor(*s, *h, out);
   return Error::none();

@@ -376,15 +376,17 @@ route::LoadFacts load_facts(const Session& s, const exec::Job& job, unsigned cal
   f.small_io_bytes = s.settings.small_io_threshold_kb * 1024;
   f.callers = callers;
   f.idle_workers = s.exec->idle_workers();
+  if (f.staged) s.note_long_read(job.len);
   // A read copies out of page-cache windows on its caller's thread when they are all there; a
   // short one also when it is to make them (exec::FileWindows::plan_read): making them one
   // after another on one thread, a long read is better staged meanwhile.
   if (job.windows != nullptr) {
-    s.note_long_read(job.len);
     using Plan = exec::FileWindows::ReadPlan;
     const Plan p = job.windows->plan_read(job.file_off, job.len, job.file_size);
     f.from_page_cache =
         p == Plan::ready || (p == Plan::wanted && job.len <= kShortForWindows * c.slab_bytes);
+    // Copies out of windows cross host memory once, cache or not: whole slabs, fewer copies.
+    if (f.from_page_cache) f.slab = c.slab_bytes;
     // Where several GPUs share the host, a longer read of bytes read before makes their windows
     // as it goes (route::plan_threads): staging crosses host memory three times a byte, which
     // several GPUs' links outrun (docs/performance.md, "The host model"), while one GPU's link
@@ -552,6 +554,7 @@ void Runtime::submit(Io* const* ios, size_t n) {
   FenceMemo memo;
   for (size_t k = 0; k < n; ++k) {
     if (!ios[k]->routed_) route_storage(*ios[k]);
+    if (ios[k]->job.staged()) ios[k]->session_->note_long_read(ios[k]->job.len);
     ios[k]->fence_ = fence_for(ios[k]->job, &memo);
     ios[k]->job.after = ios[k]->fence_ ? ios[k]->fence_->event() : nullptr;
     jobs.push_back(&ios[k]->job);

@@ -113,6 +113,12 @@ class Runtime {
     uint64_t long_read_windows_from = 0;
     bool gpus_share_host = false;
     std::string sharing_why;  // why gpus_share_host is what it is (exec::HostSharing::why)
+    // The largest piece a worker stages of cached bytes now (Executor::shared_piece; 0: a
+    // slab), the slab, the processes known to share the host and its last-level cache.
+    uint64_t shared_piece = 0;
+    uint64_t slab = 0;
+    unsigned staging_processes = 0;
+    uint64_t last_level_cache = 0;
     // Path 5: whether a large aligned read into GPU memory goes through NVIDIA's library, and
     // why; the state of that library in the session; NVIDIA's refusal of this file, if any.
     route::VendorChoice vendor;

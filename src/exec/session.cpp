@@ -191,6 +191,12 @@ void init_remote_staging(Session& s) {
   s.uploads.init(remote::upload_part_bytes(o), 2 * remote::upload_parts_in_flight(o), 0);
 }
 
+// The largest cache of the CPUs: the L3 (which x86 cores share), else nothing known.
+uint64_t last_level_cache() {
+  const long l3 = sysconf(_SC_LEVEL3_CACHE_SIZE);
+  return l3 > 0 ? static_cast<uint64_t>(l3) : 0;
+}
+
 uint64_t host_memory() {
   const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
   return pages > 0 && page > 0 ? static_cast<uint64_t>(pages) * page : 0;
@@ -215,6 +221,14 @@ exec::Placement place_workers(const Settings& s, unsigned workers, unsigned loca
 }
 
 }  // namespace
+
+void Session::size_shared_pieces() const {
+  if (!sharing || !exec) return;
+  const exec::ExecutorConfig& c = exec->config();
+  exec->set_shared_piece(exec::shared_piece_bytes(uint64_t{settings.shared_piece_kb} << 10,
+                                                  last_level_cache, sharing->staging_processes(),
+                                                  c.workers, c.slabs_per_worker, c.slab_bytes));
+}
 
 std::vector<std::string> describe_placement(const Session& s) {
   std::vector<std::string> lines{s.placement_why};
@@ -317,6 +331,8 @@ Error start_session(Session& s) {
   s.sharing = std::make_unique<exec::HostSharing>(
       s.gpu, local_world, s.gpu ? cuda::driver()->device_count : 0,
       [] { return cuda::nvml_other_compute_processes(static_cast<unsigned>(getpid())); });
+  s.last_level_cache = last_level_cache();
+  s.size_shared_pieces();
   if (s.gpu && s.settings.pagecache_dma_mb > 0)
     s.pagecache_dma = std::make_shared<exec::PageCacheDma>(
         exec::pagecache_dma_budget(uint64_t{s.settings.pagecache_dma_mb} << 20,

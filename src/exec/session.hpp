@@ -92,10 +92,18 @@ struct Session {
     return is_long_read(len) && gpus_share_host(device);
   }
   // A long read's first reading: puts the question to NVML (once), so that its answer is there
-  // by the second reading, when windows may be made.
+  // by the second reading, when windows may be made; and sizes staged pieces by what is known
+  // of the host's sharing by then.
   void note_long_read(uint64_t len) const {
-    if (sharing && is_long_read(len)) sharing->ask();
+    if (!sharing || !is_long_read(len)) return;
+    sharing->ask();
+    size_shared_pieces();
   }
+  // The host's last-level cache in bytes (0: unknown), read at open.
+  uint64_t last_level_cache = 0;
+  // Sets the workers' largest staged piece of cached bytes from the processes known to share
+  // the host now (exec::shared_piece_bytes): at open, at long reads, at `gpufile check`.
+  void size_shared_pieces() const;
   // The shortest read that makes them now (gpufile check); 0: none does.
   uint64_t long_read_windows_from() const { return gpus_share_host() ? long_read_bytes() : 0; }
   // gpufile.pagecache_dma_long_read_mb in bytes; 0: no read is long enough.

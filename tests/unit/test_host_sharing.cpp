@@ -65,6 +65,24 @@ TEST(HostSharing, WhereNvmlCannotTellSeveralGpusSeenCountAsShared) {
   EXPECT_FALSE(HostSharing(/*gpu=*/false, 8, 2, unknown.ask(), 1s, false).shared(0)) << "no GPU";
 }
 
+TEST(HostSharing, StagingProcessesCountsOnlyWhatIsKnownAndNeverAsks) {
+  FakeNvml nvml{3u};
+  EXPECT_EQ(HostSharing(true, 4, 1, nvml.ask(), 1s, false).staging_processes(), 4u) << "the launcher's count";
+  HostSharing h(true, 1, 4, nvml.ask(), 1s, false);
+  EXPECT_EQ(h.staging_processes(), 0u) << "NVML not asked yet: as alone, unlike shared()";
+  EXPECT_EQ(nvml.calls, 0);
+  h.ask();
+  EXPECT_EQ(h.staging_processes(), 4u) << "three others and this one";
+  FakeNvml none{0u};
+  HostSharing own(true, 1, 4, none.ask(), 1s, false);
+  own.ask();
+  EXPECT_EQ(own.staging_processes(), 0u);
+  own.shared(0);
+  own.shared(1);
+  EXPECT_EQ(own.staging_processes(), 1u) << "one process reading into two GPUs";
+  EXPECT_EQ(HostSharing(false, 4, 1, nvml.ask(), 1s, false).staging_processes(), 0u) << "no GPU";
+}
+
 TEST(HostSharing, AnAnswerIsKeptForItsTimeThenAskedAgain) {
   FakeNvml nvml{0u};
   HostSharing h(true, 1, 1, nvml.ask(), 500ms, false);

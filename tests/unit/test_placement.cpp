@@ -286,6 +286,33 @@ TEST(PageCacheDmaBudget, PerGpuFedSharedByAWorldThatSeesThemAllAndAnEighthOfMemo
   EXPECT_EQ(pagecache_dma_budget(0, 4, 1, 512 * GiB), 0u) << "0 keeps the path off";
 }
 
+TEST(SharedPieces, StagingInFlightOnTheHostKeptWithinAThirdOfTheLastLevelCache) {
+  constexpr uint64_t KiB = 1 << 10, MiB = 1 << 20;
+  struct Row {
+    const char* what;
+    uint64_t setting, cache;
+    unsigned processes, workers;
+    uint64_t want;
+  };
+  const Row rows[] = {
+      {"a process alone: whole slabs", 0, 300 * MiB, 0, 12, 0},
+      {"four H200s' processes: 96 pieces in 100 MiB", 0, 300 * MiB, 4, 12, 1 * MiB},
+      {"two processes", 0, 300 * MiB, 2, 12, 2 * MiB},
+      {"eight processes", 0, 300 * MiB, 8, 12, 512 * KiB},
+      {"one process feeding several GPUs: 32 pieces in 100 MiB", 0, 300 * MiB, 1, 16, 2 * MiB},
+      {"a small cache: no piece below 256 KiB", 0, 32 * MiB, 8, 16, 256 * KiB},
+      {"a large cache: no piece above the slab", 0, 2048 * MiB, 2, 4, 0},
+      {"the cache size unknown", 0, 0, 4, 12, 0},
+      {"set: whatever the cache", 512 * KiB, 0, 2, 12, 512 * KiB},
+      {"set no smaller than the slab: whole slabs", 4 * MiB, 300 * MiB, 4, 12, 0},
+      {"set, but nobody known to share", 512 * KiB, 300 * MiB, 0, 12, 0},
+  };
+  for (const Row& r : rows) {
+    SCOPED_TRACE(r.what);
+    EXPECT_EQ(shared_piece_bytes(r.setting, r.cache, r.processes, r.workers, 2, 4 * MiB), r.want);
+  }
+}
+
 }  // namespace
 
 // ---- the executor applies a placement ------------------------------------------------------------
