@@ -24,9 +24,11 @@
 #   bash bench/multi-gpu-run.sh              # every GPU
 #   bash bench/multi-gpu-run.sh --quick      # -T 4, no one-process bench rows, one tp_load start
 #   bash bench/multi-gpu-run.sh --ranks      # the processes carry LOCAL_RANK / LOCAL_WORLD_SIZE
+#   bash bench/multi-gpu-run.sh --skip bench,python,tp_load --pieces auto,4096,2048,1024,512
+#                                            # first reads by the size of a staged piece (about 2 min)
 # Flags (bench/multi_gpu.py --help): --build DIR (/tmp/gb), --dir DIR (/root), --size-mib N
 # (4096), --seconds N (-T, 6), --checkpoint DIR (/root/ckpt), --checkpoint-gb N (8), --gpus N,
-# --skip bench,python,tp_load.
+# --skip bench,python,tp_load, --pieces LIST, --piece-rounds N.
 # Output: the markdown table on stdout; in $OUT (/tmp/gpufile-out) multi-gpu.md, multi-gpu.json
 # (every row with its command and per-GPU figures) and multi-gpu.log (every command's output).
 # GPUFILE_BENCH_COMMIT=<hash> names the commit in the table's header: the device tool's copy of

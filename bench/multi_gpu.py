@@ -17,6 +17,11 @@ Each GPU g reads its own warm file DIR/gpufile-gpu<g>.bin (4 GiB). Rows, in orde
                   processes), the same with each process seeing only its GPU (CUDA_VISIBLE_DEVICES:
                   processes that no launcher announced, finding each other through NVML), one process
                   with a thread per GPU, and one process alone on the host
+  pieces          (only with --pieces LIST) the one-pass row again as ranks (LOCAL_WORLD_SIZE
+                  set), once for each gpufile.shared_piece_kb in LIST ("auto" leaves it as the environment has it,
+                  4096 keeps whole slabs): how the size of a staged piece of cached bytes moves a
+                  fresh process's first reads where GPUs share the host's memory, rounds of the
+                  list repeated --piece-rounds times (2), alternating
   tp_load         examples/tp_load.py --into --compare under torchrun, one rank per GPU: each
                   rank's part (load_into; the slowest rank against its part's bytes over its share
                   of the ceiling) and load_file of the whole checkpoint on every rank (GB/s summed)
@@ -62,6 +67,10 @@ def parse_args():
                          "before makes page-cache windows where several GPUs share the host, and "
                          "the rounds after it copy out of them")
     ap.add_argument("--skip", default="", help="comma list of sections to leave out: bench,python,tp_load")
+    ap.add_argument("--pieces", default="",
+                    help="comma list of gpufile.shared_piece_kb values for the pieces section (auto: as the environment has it; "
+                         "e.g. auto,4096,2048,1024,512); empty: no such section")
+    ap.add_argument("--piece-rounds", type=int, default=2, help="rounds of the --pieces list (2)")
     return ap.parse_args()
 
 
@@ -175,27 +184,44 @@ class Run:
         self.say("gpufile bench")
         limit = self.a.seconds + 90
         for io, threads, timed in BENCH_SHAPES:
-            name, flags = self.shape_name(io, threads, timed), self.bench_flags(io, threads, timed)
-            # Every process's clock starts at one moment after its set-up (a context, the
-            # session, its buffers: 4 GiB of them took over 5 s on 4 H200s): started only
-            # together, a one-pass run (about 0.1 s a GPU) overlapped the others by chance, and
-            # their rates summed as if it had not.
-            lead = 4 + 0.25 * self.gpus + 1.5 * min(io, self.size) / GIB
-            start = ["--start-at", f"{time.time() + lead:.3f}"] if self.gpus > 1 else []
-            cmds = [[self.tool("gpufile"), "bench", "-f", f, "-d", str(g), *flags, "--json", *start]
-                    for g, f in enumerate(self.files)]
-            procs = self.shell.run_together(cmds, [self.env(g) for g in range(self.gpus)], limit)
-            results = [benchlib.parse_bench(p) for p in procs]
-            bad = [r["error"] for r in results if "error" in r]
-            late = sum("began late" in p.stderr for p in procs)
-            if bad:
-                self.row("bench", name, "a process per GPU", error=bad[0])
-            else:
-                each = [r["bytes"] / GIB / r["secs"] for r in results]
-                self.row("bench", name, "a process per GPU", sum(each), per_gpu=each, cmd=" ".join(cmds[0]),
-                         **({"note": f"{late} process(es) began late: not every GPU overlapped"} if late else {}))
+            name = self.shape_name(io, threads, timed)
+            self.bench_per_gpu("bench", name, "a process per GPU", self.bench_flags(io, threads, timed),
+                               min(io, self.size), [self.env(g) for g in range(self.gpus)], limit)
             if not self.a.quick and self.gpus > 1:
                 self.bench_one_process(name, io, threads, timed, limit)
+
+    def bench_per_gpu(self, section, name, how, flags, io, envs, limit):
+        """One `gpufile bench` process per GPU, started together, their GiB/s summed."""
+        # Every process's clock starts at one moment after its set-up (a context, the session,
+        # its buffers: 4 GiB of them took over 5 s on 4 H200s): started only together, a
+        # one-pass run (about 0.1 s a GPU) overlapped the others by chance, and their rates
+        # summed as if it had not.
+        lead = 4 + 0.25 * self.gpus + 1.5 * io / GIB
+        start = ["--start-at", f"{time.time() + lead:.3f}"] if self.gpus > 1 else []
+        cmds = [[self.tool("gpufile"), "bench", "-f", f, "-d", str(g), *flags, "--json", *start]
+                for g, f in enumerate(self.files)]
+        procs = self.shell.run_together(cmds, envs, limit)
+        results = [benchlib.parse_bench(p) for p in procs]
+        bad = [r["error"] for r in results if "error" in r]
+        late = sum("began late" in p.stderr for p in procs)
+        if bad:
+            return self.row(section, name, how, error=bad[0])
+        each = [r["bytes"] / GIB / r["secs"] for r in results]
+        self.row(section, name, how, sum(each), per_gpu=each, cmd=" ".join(cmds[0]),
+                 **({"note": f"{late} process(es) began late: not every GPU overlapped"} if late else {}))
+
+    def pieces(self):
+        """The one-pass row as ranks of one job, for each gpufile.shared_piece_kb of --pieces."""
+        values = [v for v in self.a.pieces.split(",") if v]
+        self.say(f"pieces: one pass, ranks, gpufile.shared_piece_kb {', '.join(values)}")
+        flags = self.bench_flags(GIB, 1, False)
+        for k in range(max(1, self.a.piece_rounds)):
+            for v in (values if k % 2 == 0 else values[::-1]):
+                ranks = [{"LOCAL_RANK": str(g), "LOCAL_WORLD_SIZE": str(self.gpus)} for g in range(self.gpus)]
+                envs = [dict(e, GPUFILE_SHARED_PIECE_KB=v) if v != "auto" else e for e in ranks]
+                self.bench_per_gpu("pieces", f"{self.shape_name(GIB, 1, False)}, shared_piece_kb {v}",
+                                   f"ranks, round {k + 1}", flags, min(GIB, self.size), envs,
+                                   self.a.seconds + 90)
 
     def bench_one_process(self, name, io, threads, timed, limit):
         """The same shape from one process: a gdsio job file of one job per GPU."""
@@ -352,8 +378,8 @@ class Run:
         benchlib.gpu_files(self.a.dir, self.gpus, self.size, self.say)
         try:
             self.measure_ceiling()
-            for section in ("bench", "python", "tp_load"):
-                if section not in self.skip:
+            for section in ("bench", "pieces", "python", "tp_load"):
+                if section not in self.skip and (section != "pieces" or self.a.pieces):
                     getattr(self, section)()
         finally:
             self.write_report()
@@ -368,7 +394,8 @@ class Run:
     def estimate(self):
         bench = (3 * (self.a.seconds + 3) + 4) * (1 if self.a.quick or self.gpus < 2 else 2)
         alone = self.a.ceiling_seconds + 5 if self.lone_python_row() else 0
-        return 2 * (self.a.ceiling_seconds + 5) + alone + bench + 25 + (25 if self.a.quick else 50)
+        pieces = 10 * len([v for v in self.a.pieces.split(",") if v]) * max(1, self.a.piece_rounds)
+        return 2 * (self.a.ceiling_seconds + 5) + alone + bench + pieces + 25 + (25 if self.a.quick else 50)
 
 
 def notes(r):
