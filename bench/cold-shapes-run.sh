@@ -5,17 +5,19 @@
 # before every reading. docs/performance.md, "Cold checkpoints", holds the figures (set D was this
 # grid's first row).
 #
-# The gpufile shapes, all under cache_policy bypass with rings that never grow (so that the
-# pieces in flight are workers x 2 slabs):
-#   512 KiB pieces: 4, 8, 12 and 16 workers (8, 16, 24 and 32 reads in flight)
-#   1 MiB pieces, 8 workers; 4 MiB pieces, 4 and 8 workers
-# and the defaults (12 workers of 4 MiB pieces, rings that grow to 4 slabs: 48 in flight).
+# The gpufile shapes, all under cache_policy bypass unless named "default":
+#   slabs of 512 KiB with 8 and 16 workers, of 4 MiB with 8, rings that never grow (16, 32, 16
+#   reads in flight)
+#   4 MiB slabs with O_DIRECT pieces of 512 KiB (gpufile.cold_piece_kb): 12 workers whose rings
+#   grow to 4 (48 in flight), rings that never grow (24), 8 workers (16); pieces of 1 MiB
+# beside the defaults (auto: a file that fits the page cache is kept, read through it) and bypass
+# (12 workers of 4 MiB pieces, rings that grow to 4 slabs: 48 in flight).
 #
 # On the GPU machine, as root, from the repository root (the device tool carries .peers and .whl:
 # liburing and friends for the Python build, fio's source, fastsafetensors' wheel):
 #   bash bench/cold-shapes-run.sh [--rounds N] [--file PATH] [--gib N]
 # (--gib: the file's size where it is made, 4 by default; an existing FILE is read as it is).
-# About 4.5 minutes with 6 rounds (each reading about 3 s); prints every reading as it comes and
+# About 5 minutes with 6 rounds (each reading about 3 s); prints every reading as it comes and
 # the medians last; the same in $OUT/cold-shapes.md (OUT defaults to /tmp/gpufile-out).
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 1
@@ -45,9 +47,13 @@ export PYTHONPATH=/tmp/site:/tmp/gpufile-py${PYTHONPATH:+:$PYTHONPATH} PYTHONUNB
 shape() {  # label, slab KiB, workers
   echo "gpufile:$1:GPUFILE_CACHE_POLICY=bypass,GPUFILE_COLD_SLABS_PER_WORKER=0,GPUFILE_SLAB_SIZE_KB=$2,GPUFILE_WORKERS=$3"
 }
-readers=(fio:512K:16 fastsafetensors gpufile:default
-         "$(shape 512Kx4w 512 4)" "$(shape 512Kx8w 512 8)" "$(shape 512Kx12w 512 12)"
-         "$(shape 512Kx16w 512 16)" "$(shape 1Mx8w 1024 8)" "$(shape 4Mx4w 4096 4)"
-         "$(shape 4Mx8w 4096 8)")
+piece() {  # label, cold piece KiB, then more variables (4 MiB slabs throughout)
+  echo "gpufile:$1:GPUFILE_CACHE_POLICY=bypass,GPUFILE_COLD_PIECE_KB=$2${3:+,$3}"
+}
+readers=(fio:512K:16 fastsafetensors gpufile:default gpufile:bypass:GPUFILE_CACHE_POLICY=bypass
+         "$(shape 512Kx8w 512 8)" "$(shape 512Kx16w 512 16)" "$(shape 4Mx8w 4096 8)"
+         "$(piece piece512 512)" "$(piece piece512x2 512 GPUFILE_COLD_SLABS_PER_WORKER=0)"
+         "$(piece piece512x2x8w 512 GPUFILE_COLD_SLABS_PER_WORKER=0,GPUFILE_WORKERS=8)"
+         "$(piece piece1M 1024)")
 cd bench && python3 cold_shapes.py "$file" --make "$gib" --rounds "$rounds" "${readers[@]}" |
   tee "$OUT/cold-shapes.md"

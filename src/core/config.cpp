@@ -83,7 +83,9 @@ constexpr SizeKey kSizeKeys[] = {
      GPUFILE_FIELD(slabs_per_worker), std::nullopt},
     {"gpufile.cold_slabs_per_worker", "GPUFILE_COLD_SLABS_PER_WORKER", kNoParam, 0, 64, 1,
      GPUFILE_FIELD(cold_slabs_per_worker), std::nullopt},
-    // A multiple of 4 KB: pieces are cut on a 4 KiB grid.
+    // Multiples of 4 KB: pieces are cut on a 4 KiB grid, at O_DIRECT offsets.
+    {"gpufile.cold_piece_kb", "GPUFILE_COLD_PIECE_KB", kNoParam, 0, 1048576, 4,
+     GPUFILE_FIELD(cold_piece_kb), std::nullopt},
     {"gpufile.shared_piece_kb", "GPUFILE_SHARED_PIECE_KB", kNoParam, 0, 1048576, 4,
      GPUFILE_FIELD(shared_piece_kb), std::nullopt},
     {"gpufile.ring_depth", "GPUFILE_RING_DEPTH", kNoParam, 1, 4096, 1, GPUFILE_FIELD(ring_depth),

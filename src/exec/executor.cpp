@@ -267,6 +267,8 @@ route::LoadFacts Executor::load_facts(const Job& job) const {
   f.slab = cfg_.slab_bytes;
   const uint64_t shared = shared_piece();
   if (shared > 0 && job.staged() && !job.direct && !job.fills_cache) f.slab = std::min(f.slab, shared);
+  if (cfg_.direct_piece_bytes > 0 && job.staged() && job.direct && job.kind == sys::IoKind::read)
+    f.slab = std::min(f.slab, cfg_.direct_piece_bytes);
   f.fill_folio = job.fills_cache ? sys::Os::kFillFolio : 0;
   return f;
 }

@@ -71,6 +71,9 @@ struct ExecutorConfig {
   // deepen_for_cold); at most slabs_per_worker: it never grows.
   unsigned cold_slabs_per_worker = 0;
   uint64_t slab_bytes = 4 << 20;
+  // The largest piece of an O_DIRECT read into GPU memory (0: a slab): a disk may serve more
+  // smaller reads in flight faster than fewer large ones (gpufile.cold_piece_kb).
+  uint64_t direct_piece_bytes = 0;
   uint64_t min_chunk_bytes = 256 << 10;  // a request is cut no finer than this (a 4 KiB multiple)
   unsigned ring_depth = 64;
   EnginePolicy engine = EnginePolicy::automatic;

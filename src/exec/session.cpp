@@ -104,6 +104,8 @@ exec::ExecutorConfig executor_config(const Settings& s, const exec::Budget& budg
   c.slabs_per_worker = static_cast<unsigned>(std::max<size_t>(2, s.slabs_per_worker));
   c.cold_slabs_per_worker = static_cast<unsigned>(s.cold_slabs_per_worker);
   c.slab_bytes = std::max<uint64_t>(kMaxDioAlign, align_up(s.slab_size_kb * 1024, kMaxDioAlign));
+  if (const uint64_t piece = align_up(s.cold_piece_kb * 1024, kMaxDioAlign); piece > 0 && piece < c.slab_bytes)
+    c.direct_piece_bytes = piece;
   c.min_chunk_bytes = align_up(s.min_chunk_kb * 1024, kPageSize);
   c.ring_depth = static_cast<unsigned>(std::max<size_t>(8, s.ring_depth));
   c.engine = s.engine;

@@ -172,8 +172,9 @@ void Worker::start(unsigned i, const Chunk& c) {
   // Decided before the IO is issued: a piece may be done and its job gone once issue_all returns
   // (the posix engine completes IO inside it).
   const ChunkPlan& plan = s.pieces[0].plan;
+  const uint64_t direct_piece = cfg_.direct_piece_bytes > 0 ? cfg_.direct_piece_bytes : cfg_.slab_bytes;
   const bool cold = s.count == 1 && is_read(job) && job.staged() && plan.count > 0 && plan.seg[0].direct &&
-                    c.len >= cfg_.slab_bytes / 2;
+                    c.len >= direct_piece / 2;
   const cuda::CUcontext ctx = s.ctx;
   issue_all(i);
   // Asked once this piece's IO is in flight: the disk works while the deeper ring is pinned.

@@ -476,11 +476,14 @@ class ColdRing : public Concurrency {
     session_.reset();
     registered_without_session_ = fake_.live_registered_bytes();
   }
-  void open(const char* direct_io, const char* cold) {
+  void open(const char* direct_io, const char* cold, const char* cold_piece_kb = "0") {
     reopen_with({{"GPUFILE_NUMA_PLACEMENT", "off"}, {"GPUFILE_PAGECACHE_DMA_MB", "0"},
                  {"GPUFILE_DIRECT_IO", direct_io}, {"GPUFILE_WORKERS", "2"},
                  {"GPUFILE_SLABS_PER_WORKER", "2"}, {"GPUFILE_SLAB_SIZE_KB", "256"},
-                 {"GPUFILE_COLD_SLABS_PER_WORKER", cold}});
+                 {"GPUFILE_COLD_SLABS_PER_WORKER", cold}, {"GPUFILE_COLD_PIECE_KB", cold_piece_kb}});
+  }
+  unsigned long long copies() const {
+    return fake_.call_count("cuMemcpyHtoDAsync_v2") + fake_.call_count("cuMemcpyBatchAsync_v2");
   }
   unsigned long long registrations() const { return fake_.call_count("cuMemHostRegister_v2"); }
   // Reads the whole file into device memory `rounds` times, or until `enough()`, every byte
@@ -519,6 +522,22 @@ TEST_F(ColdRing, LongDirectReadsGrowEveryRingOnceInOneRegistration) {
   EXPECT_GT(fake_.call_count("cuEventCreate") - events, 2u * 2u) << "no worker read into its new slabs";
   session_.reset();
   EXPECT_EQ(fake_.live_registered_bytes(), registered_without_session_) << "the grown rings leaked";
+}
+
+// gpufile.cold_piece_kb: O_DIRECT reads in pieces of 64 KiB out of 256 KiB slabs, every byte
+// right, and the rings still grow (their long pieces are counted against the cold piece size).
+TEST_F(ColdRing, ColdPiecesCutDirectReadsAndTheRingsStillGrow) {
+  open("always", "4", "64");
+  const unsigned long long opened = registrations();
+  const unsigned long long before = copies();
+  read_file(1);
+  EXPECT_GE(copies() - before, kFileSize / (64 * KiB)) << "pieces larger than 64 KiB";
+  read_file(8, [&] { return registrations() > opened; });
+  EXPECT_EQ(registrations() - opened, 1u) << "the rings did not grow";
+  open("never", "4", "64");
+  const unsigned long long buffered = copies();
+  read_file(1);
+  EXPECT_LE(copies() - buffered, kFileSize / (128 * KiB)) << "reads through the page cache were cut too";
 }
 
 TEST_F(ColdRing, ReadsThroughThePageCacheNeverGrowTheRings) {

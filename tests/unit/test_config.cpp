@@ -27,7 +27,7 @@ const char* const kVariables[] = {
     "CUFILE_ALLOW_COMPAT_MODE", "CUFILE_FORCE_COMPAT_MODE", "CUFILE_USE_PCIP2PDMA",
     "CUFILE_SKIP_TOPOLOGY_DETECTION", "CUFILE_NVTX", "CUFILE_STREAM_MEMOPS_BYPASS",
     "GPUFILE_ENGINE", "GPUFILE_DIRECT_IO", "GPUFILE_CACHE_POLICY", "GPUFILE_WORKERS", "GPUFILE_SLAB_SIZE_KB",
-    "GPUFILE_SLABS_PER_WORKER", "GPUFILE_COLD_SLABS_PER_WORKER", "GPUFILE_SHARED_PIECE_KB", "GPUFILE_RING_DEPTH", "GPUFILE_SMALL_IO_KB", "GPUFILE_LOG_LEVEL",
+    "GPUFILE_SLABS_PER_WORKER", "GPUFILE_COLD_SLABS_PER_WORKER", "GPUFILE_SHARED_PIECE_KB", "GPUFILE_COLD_PIECE_KB", "GPUFILE_RING_DEPTH", "GPUFILE_SMALL_IO_KB", "GPUFILE_LOG_LEVEL",
     "GPUFILE_LOG_FILE", "GPUFILE_NUMA_PLACEMENT", "GPUFILE_VENDOR", "GPUFILE_VENDOR_LIBRARY"};
 
 class ConfigTest : public ::testing::Test {
@@ -102,7 +102,7 @@ constexpr const char* kCommentedJson = R"({
   "fs": { "generic": { "posix_unaligned_writes": false } },
   "miscellaneous": { "api_check_aggressive": true, "skip_topology_detection": true },
   "gpufile": { "engine": "posix", "direct_io": "never", "cache_policy": "keep", "workers": 3, "slab_size_kb": 1024,
-               "slabs_per_worker": 8, "cold_slabs_per_worker": 12, "shared_piece_kb": 512, "ring_depth": 128,
+               "slabs_per_worker": 8, "cold_slabs_per_worker": 12, "shared_piece_kb": 512, "cold_piece_kb": 1024, "ring_depth": 128,
                "small_io_kb": 16, "min_chunk_kb": 512 }
 })";
 
@@ -152,6 +152,7 @@ TEST_F(ConfigTest, JsonWithCommentsSetsEveryKnownKey) {
   EXPECT_EQ(s.slabs_per_worker, 8u);
   EXPECT_EQ(s.cold_slabs_per_worker, 12u);
   EXPECT_EQ(s.shared_piece_kb, 512u);
+  EXPECT_EQ(s.cold_piece_kb, 1024u);
   EXPECT_EQ(s.ring_depth, 128u);
   EXPECT_EQ(s.small_io_threshold_kb, 16u);
   EXPECT_EQ(s.min_chunk_kb, 512u);
@@ -310,6 +311,7 @@ TEST_F(ConfigTest, EveryCufileVariableReachesItsField) {
   setenv("GPUFILE_SLABS_PER_WORKER", "2", 1);
   setenv("GPUFILE_COLD_SLABS_PER_WORKER", "0", 1);
   setenv("GPUFILE_SHARED_PIECE_KB", "256", 1);
+  setenv("GPUFILE_COLD_PIECE_KB", "512", 1);
   setenv("GPUFILE_RING_DEPTH", "256", 1);
   setenv("GPUFILE_SMALL_IO_KB", "0", 1);
   Resolution r = resolve();
@@ -325,6 +327,7 @@ TEST_F(ConfigTest, EveryCufileVariableReachesItsField) {
   EXPECT_EQ(r.settings.slabs_per_worker, 2u);
   EXPECT_EQ(r.settings.cold_slabs_per_worker, 0u);
   EXPECT_EQ(r.settings.shared_piece_kb, 256u);
+  EXPECT_EQ(r.settings.cold_piece_kb, 512u);
   EXPECT_EQ(r.settings.ring_depth, 256u);
   EXPECT_EQ(r.settings.small_io_threshold_kb, 0u);
 }
