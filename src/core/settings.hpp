@@ -93,8 +93,8 @@ struct Settings {
   size_t workers = 0;              // GPUFILE_WORKERS: IO worker threads; 0 = 3 per 4 cores, 4 to 16
   size_t slab_size_kb = 4096;      // GPUFILE_SLAB_SIZE_KB: one pinned staging slab
   size_t slabs_per_worker = 2;     // GPUFILE_SLABS_PER_WORKER: k in the staging ring (measured: docs/performance.md)
-  size_t cold_slabs_per_worker = 4;  // GPUFILE_COLD_SLABS_PER_WORKER: the ring once long reads go past the page cache; <= k: never grows
-  size_t cold_piece_kb = 0;        // GPUFILE_COLD_PIECE_KB: O_DIRECT reads in pieces of at most this, spread over the workers; 0 = a slab
+  size_t cold_slabs_per_worker = 2;  // GPUFILE_COLD_SLABS_PER_WORKER: the ring once long reads go past the page cache; <= k: never grows
+  size_t cold_piece_kb = 512;      // GPUFILE_COLD_PIECE_KB: O_DIRECT reads in pieces of at most this, spread over the workers; 0 = a slab
   size_t shared_piece_kb = 0;      // GPUFILE_SHARED_PIECE_KB: staged pieces of cached bytes at most this where GPUs share the host; 0 = from the last-level cache
   size_t ring_depth = 64;          // GPUFILE_RING_DEPTH: io_uring submission queue entries
   size_t small_io_threshold_kb = 64;  // GPUFILE_SMALL_IO_KB: at or below, IO runs inline
