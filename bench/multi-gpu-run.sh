@@ -8,9 +8,9 @@
 # whole file, first call in a fresh process and best of 5 after (--rounds), as a process per GPU, the
 # same with each process seeing only its GPU (CUDA_VISIBLE_DEVICES, no launcher variables), one
 # process with a thread per GPU, and one process alone (that row against GPU 0's pinned ceiling
-# measured alone, in the same run); examples/tp_load.py --into --compare under
-# torchrun (each rank's part, and load_file of the whole checkpoint on every rank), two fresh
-# starts. bench/multi_gpu.py's docstring says what each row measures.
+# measured alone, in the same run); examples/tp_load.py --into --compare --shared under
+# torchrun (each rank's part, load_file of the whole checkpoint on every rank, and the same load
+# shared by the ranks as one group), two fresh starts. bench/multi_gpu.py's docstring says what each row measures.
 #
 # Takes about 3 minutes on 4 GPUs (--quick: about 1.5), plus, when missing: the data files (about
 # 30 s; bench/host-model.sh makes the same ones), the 8 GB checkpoint in /root/ckpt (about 1

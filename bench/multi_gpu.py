@@ -22,9 +22,10 @@ Each GPU g reads its own warm file DIR/gpufile-gpu<g>.bin (4 GiB). Rows, in orde
                   4096 keeps whole slabs): how the size of a staged piece of cached bytes moves a
                   fresh process's first reads where GPUs share the host's memory, rounds of the
                   list repeated --piece-rounds times (2), alternating
-  tp_load         examples/tp_load.py --into --compare under torchrun, one rank per GPU: each
-                  rank's part (load_into; the slowest rank against its part's bytes over its share
-                  of the ceiling) and load_file of the whole checkpoint on every rank (GB/s summed)
+  tp_load         examples/tp_load.py --into --compare --shared under torchrun, one rank per GPU:
+                  each rank's part (load_into; the slowest rank against its part's bytes over its
+                  share of the ceiling), load_file of the whole checkpoint on every rank, and the
+                  same shared by the ranks as one group (load_file(group=...); GB/s summed)
 GiB/s throughout (tp_load's GB/s converted). With --ranks the processes carry LOCAL_RANK and
 LOCAL_WORLD_SIZE, as torchrun's ranks do; without, they announce nothing.
 """
@@ -46,7 +47,7 @@ from benchlib import GIB, MIB
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 # tp_load.py's "rank R: load_into, ...: X GB in S s = Y GB/s" (and load_file's)
-TP_LOAD_LINE = re.compile(r"rank (?P<rank>\d+): (?P<what>load_into|load_file)\b[^\n]*?: "
+TP_LOAD_LINE = re.compile(r"rank (?P<rank>\d+): (?P<what>load_into|load_file shared|load_file)\b[^\n]*?: "
                           r"(?P<gb>[\d.]+) GB in (?P<secs>[\d.]+) s")
 BENCH_SHAPES = (  # IO size, threads, timed (-T) or one pass
     (16 * MIB, 8, True), (4 * MIB, 16, True), (4 * GIB, 1, True), (1 * GIB, 1, False))
@@ -313,18 +314,18 @@ class Run:
             benchlib.warm(os.path.join(self.a.checkpoint, f), 2)
         for start in range(1 if self.a.quick else 2):
             label = "first start" if start == 0 else "second start"
-            p = self.torchrun("--into", "--compare")
+            p = self.torchrun("--into", "--compare", "--shared")
             self.tp_rows(p, label)
 
     def tp_rows(self, p, label):
         """Rows from tp_load's lines: "rank R: WHAT: X GB in S s = Y GB/s", "WHAT: slowest rank T s"."""
-        ranks = {"load_into": {}, "load_file": {}}
+        ranks = {"load_into": {}, "load_file": {}, "load_file shared": {}}
         for m in TP_LOAD_LINE.finditer(p.stdout):
             ranks[m["what"]][int(m["rank"])] = (float(m["gb"]) * 1e9, float(m["secs"]))
         ranks = {what: list(by_rank.values()) for what, by_rank in ranks.items()}
-        if len(ranks["load_into"]) != self.gpus or len(ranks["load_file"]) != self.gpus:
+        if any(len(r) != self.gpus for r in ranks.values()):
             said = ", ".join(f"{what} from {len(r)}" for what, r in ranks.items())
-            return self.row("tp_load", f"tp_load.py --into --compare, {label}", "torchrun",
+            return self.row("tp_load", f"tp_load.py --into --compare --shared, {label}", "torchrun",
                             error=f"{said} of {self.gpus} ranks (exit {p.returncode}): " +
                             benchlib.failure(p)["error"])
         parts = ranks["load_into"]
@@ -336,9 +337,12 @@ class Run:
             extra.update(ideal_s=ideal, slowest_over_ideal=slowest / ideal)
         self.row("tp_load", f"tp_load.py --into: each rank's part, {label}", "torchrun",
                  moved / GIB / slowest, **extra)
-        whole = ranks["load_file"]
-        self.row("tp_load", f"tp_load.py --compare: load_file of the whole checkpoint on every rank, {label}",
-                 "torchrun", sum(b / GIB / s for b, s in whole), ranks=[{"bytes": b, "secs": s} for b, s in whole])
+        for what, how in (("load_file", "load_file of the whole checkpoint on every rank"),
+                          ("load_file shared", "load_file(group=WORLD): the whole checkpoint on every rank, "
+                                               "each reading its share")):
+            whole = ranks[what]
+            self.row("tp_load", f"tp_load.py --compare: {how}, {label}", "torchrun",
+                     sum(b / GIB / s for b, s in whole), ranks=[{"bytes": b, "secs": s} for b, s in whole])
 
     # ---- report ------------------------------------------------------------------------------
 

@@ -12,7 +12,8 @@ out of it and copied to the GPU; elsewhere the rows' span is read and the part p
 `--span` reads every such part through its span, `--per-run` run by run (as gpufile once did),
 to compare. `--compare`
 then times each rank loading the whole checkpoint (`load_file`), what a loader without tensor
-parallelism does. `--make-gb N` first writes a synthetic Llama-style checkpoint of about N GB
+parallelism does; `--shared` adds the same load shared by the ranks as one group (each reads its
+share of every file, the rest comes over NCCL). `--make-gb N` first writes a synthetic Llama-style checkpoint of about N GB
 there, if none is there yet.
 
 Without GPUs (`--backend gloo`, or no CUDA) it runs on the CPU: the same code path, host memory.
@@ -133,6 +134,10 @@ def main() -> None:
     p.add_argument("--into", action="store_true", help="fill tensors allocated beforehand (load_into)")
     p.add_argument("--compare", action="store_true", help="also time each rank loading the whole checkpoint")
     p.add_argument("--check", action="store_true", help="compare each part with the whole checkpoint's slice")
+    p.add_argument("--shared", action="store_true",
+                   help="with --compare: also load the whole checkpoint on each rank as one group "
+                        "(load_file(..., group=WORLD): each rank reads its share, the rest comes "
+                        "over the all-gather), checked equal to the plain load")
     p.add_argument("--per-run", action="store_true",
                    help="read column-split parts one run (row) at a time, not through their span")
     p.add_argument("--span", action="store_true",
@@ -177,6 +182,15 @@ def main() -> None:
         whole = {}
         seconds = timed(lambda: whole.update(gst.load_file(args.checkpoint, device=device)), device)
         report("load_file, the whole checkpoint on each rank", seconds, nbytes(whole), device)
+        if args.shared:
+            shared = {}
+            seconds = timed(lambda: shared.update(gst.load_file(args.checkpoint, device=device,
+                                                                group=dist.group.WORLD)), device)
+            report("load_file shared by the group, the whole checkpoint on each rank", seconds,
+                   nbytes(shared), device)
+            assert set(shared) == set(whole) and all(torch.equal(shared[k], whole[k]) for k in whole)
+            say(f"rank {rank}: the shared load equals the plain one")
+            del shared
         if args.check:
             for name, part in parts.items():
                 dim = split_dim(name, tuple(whole[name].shape))

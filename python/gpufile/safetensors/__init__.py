@@ -22,8 +22,8 @@ from typing import TYPE_CHECKING
 
 # The package is cut by concern, each module saying what it holds: _header (the format),
 # _checkpoint (where tensors come from), _memory (where they go), _plan and _reading (which reads,
-# and running them), _split (tensor-parallel parts), then the API: _loaders (load_file),
-# _load_sharded, _load_into, _save and _safe_open. Imports run one way, from the API modules down
+# and running them), _split (tensor-parallel parts), then the API: _loaders (load_file, and
+# _load_shared for a load shared by a group), _load_sharded, _load_into, _save and _safe_open. Imports run one way, from the API modules down
 # to _header; none imports this file.
 from .. import _dtypes  # noqa: F401 - gpufile.safetensors._dtypes, as before the package was cut
 from .. import _import_lazy

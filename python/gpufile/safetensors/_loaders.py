@@ -19,14 +19,22 @@ if TYPE_CHECKING:
 
 
 def load_file(filename: PathLike, device: Any = "cpu", *, framework: str = "pt",
-              views: bool = False) -> Dict[str, Any]:
+              views: bool = False, group: Any = None) -> Dict[str, Any]:
     """Loads every tensor of a checkpoint into `device`.
 
     `filename` is a .safetensors file, a model.safetensors.index.json (sharded checkpoints: every
     shard is read at once) or a directory holding either. Returns {name: tensor}. With
     ``views=True`` each file's tensors are views into one allocation of its data section.
+
+    `group`: every rank of this torch.distributed process group calls load_file with the same
+    checkpoint and ends with all of it, each reading only its share of every file, the rest
+    coming from the other ranks through the group's all-gather (_load_shared says how). Each
+    file's data section is then held whole while its tensors are copied out (not with views).
     """
     t = _target(framework, device)
+    if group is not None:
+        from ._load_shared import load_shared
+        return load_shared(t, filename, group, views)
     result: Dict[str, Any] = {}
     _load(t, filename, lambda src, read: _load_whole(t, src, views, result, read))
     return result
