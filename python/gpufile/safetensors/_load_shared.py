@@ -82,7 +82,11 @@ def load_shared(t: _Target, filename: Any, group: Any, views: bool) -> Dict[str,
     if t.framework == "dlpack":
         raise SafetensorError("a load shared by a group uses framework 'pt' or 'numpy'")
     g = _group(group, t)
-    from ._loaders import _load
+    from ._loaders import _load, _load_whole
+    result: Dict[str, Any] = {}
+    if g.size == 1:  # nothing to share: the plain load (no copy out of a region, no digest)
+        _load(t, filename, lambda src, read: _load_whole(t, src, views, result, read))
+        return result
     files: List[_File] = []
 
     def fill(src: _Source, read) -> list:
@@ -100,7 +104,6 @@ def load_shared(t: _Target, filename: Any, group: Any, views: bool) -> Dict[str,
 
     _load(t, filename, fill)
     _agree(t, g, files)
-    result: Dict[str, Any] = {}
     for f in files:
         if f.share:
             part = f.region[g.rank * f.share:(g.rank + 1) * f.share]
