@@ -2,7 +2,7 @@
 // read of cached bytes into GPU memory moves them in pieces that keep the host's staging within
 // its last-level cache once other GPUs' processes are known to share the host; gpufile check's
 // report says how large; synchronous and batch reads move every byte either way; reads that go
-// O_DIRECT keep whole slabs.
+// O_DIRECT keep their own piece size (gpufile.cold_piece_kb).
 #include "common.hpp"
 #include "exec/runtime.hpp"
 
@@ -26,6 +26,8 @@ class SharedPieces : public CapiTest {
     setenv("GPUFILE_WORKERS", "4", 1);
   }
   void TearDown() override {
+    h_.reset();
+    buf_.reset();
     session_.reset();
     for (const char* v : {"GPUFILE_PAGECACHE_DMA_MB", "GPUFILE_WORKERS", "GPUFILE_SHARED_PIECE_KB",
                           "LOCAL_WORLD_SIZE", "GPUFILE_CACHE_POLICY"})
@@ -33,9 +35,16 @@ class SharedPieces : public CapiTest {
     CapiTest::TearDown();
   }
 
+  // The session (with GPUFILE_DIRECT_IO = `direct_io`), a device buffer of the file's size, the
+  // file opened for reading.
   void open_session(const char* direct_io = nullptr) {
     session_ = std::make_unique<DriverSession>(EngineConfig{nullptr, direct_io});
     ASSERT_TRUE(session_->ok()) << session_->error();
+    std::string why;
+    buf_ = Buffer::make(Mem::device, kFileSize, &why);
+    ASSERT_TRUE(buf_) << why;
+    h_ = std::make_unique<Handle>(path_, O_RDONLY);
+    ASSERT_TRUE(h_->ok());
   }
 
   gpufile::Runtime::FileReport report(Handle& h) {
@@ -95,59 +104,47 @@ class SharedPieces : public CapiTest {
   std::string path_;
   std::vector<uint8_t> data_;
   std::unique_ptr<DriverSession> session_;
+  std::unique_ptr<Buffer> buf_;
+  std::unique_ptr<Handle> h_;
 };
 
 TEST_F(SharedPieces, RanksOfOneJobStageCachedBytesInTheSharedPieceSize) {
   setenv("LOCAL_WORLD_SIZE", "4", 1);
   setenv("GPUFILE_SHARED_PIECE_KB", "64", 1);
   ASSERT_NO_FATAL_FAILURE(open_session());
-  std::string why;
-  auto buf = Buffer::make(Mem::device, kFileSize, &why);
-  ASSERT_TRUE(buf) << why;
-  Handle h(path_, O_RDONLY);
-  ASSERT_TRUE(h.ok());
-  const gpufile::Runtime::FileReport r = report(h);
+  const gpufile::Runtime::FileReport r = report(*h_);
   EXPECT_EQ(r.shared_piece, 64 * KiB);
   EXPECT_EQ(r.staging_processes, 4u);
   EXPECT_EQ(r.slab, 4 * MiB);
-  const unsigned long long n = read_whole(h, *buf);
+  const unsigned long long n = read_whole(*h_, *buf_);
   if (fake_.call_count) EXPECT_GE(n, kFileSize / (64 * KiB)) << "pieces larger than 64 KiB";
-  ASSERT_NO_FATAL_FAILURE(read_batch(h, *buf));
+  ASSERT_NO_FATAL_FAILURE(read_batch(*h_, *buf_));
 }
 
 TEST_F(SharedPieces, AProcessAloneKeepsWholeSlabs) {
   setenv("GPUFILE_SHARED_PIECE_KB", "64", 1);  // applies only where the host is shared
   ASSERT_NO_FATAL_FAILURE(open_session());
-  std::string why;
-  auto buf = Buffer::make(Mem::device, kFileSize, &why);
-  ASSERT_TRUE(buf) << why;
-  Handle h(path_, O_RDONLY);
-  ASSERT_TRUE(h.ok());
   int gpus = 0;
   ASSERT_EQ(drv()->DeviceGetCount(&gpus), cu::CUDA_SUCCESS);
-  const gpufile::Runtime::FileReport r = report(h);
+  const gpufile::Runtime::FileReport r = report(*h_);
   if (gpus == 1) {  // several GPUs seen: NVML (the double has none) cannot say it is alone
     EXPECT_EQ(r.shared_piece, 0u);
     EXPECT_EQ(r.staging_processes, 0u);
   }
-  const unsigned long long n = read_whole(h, *buf);
+  const unsigned long long n = read_whole(*h_, *buf_);
   // Pieces no smaller than min_chunk_kb (256 KiB) whatever the threads sharing the read.
   if (fake_.call_count && gpus == 1) EXPECT_LE(n, kFileSize / (256 * KiB)) << "cut finer than a chunk";
-  ASSERT_NO_FATAL_FAILURE(read_batch(h, *buf));
+  ASSERT_NO_FATAL_FAILURE(read_batch(*h_, *buf_));
 }
 
-TEST_F(SharedPieces, DirectReadsKeepWholeSlabs) {
+// O_DIRECT reads go by gpufile.cold_piece_kb (512 KiB), not by the shared piece size.
+TEST_F(SharedPieces, DirectReadsAreNotCutToTheSharedPieceSize) {
   setenv("LOCAL_WORLD_SIZE", "4", 1);
   setenv("GPUFILE_SHARED_PIECE_KB", "64", 1);
   setenv("GPUFILE_CACHE_POLICY", "bypass", 1);
   ASSERT_NO_FATAL_FAILURE(open_session("always"));
-  std::string why;
-  auto buf = Buffer::make(Mem::device, kFileSize, &why);
-  ASSERT_TRUE(buf) << why;
-  Handle h(path_, O_RDONLY);
-  ASSERT_TRUE(h.ok());
-  if (!report(h).direct_capable) GTEST_SKIP() << "this file system takes no O_DIRECT";
-  const unsigned long long n = read_whole(h, *buf);
+  if (!report(*h_).direct_capable) GTEST_SKIP() << "this file system takes no O_DIRECT";
+  const unsigned long long n = read_whole(*h_, *buf_);
   if (fake_.call_count) EXPECT_LE(n, kFileSize / (256 * KiB)) << "O_DIRECT pieces were cut to the shared size";
 }
 
