@@ -117,7 +117,9 @@ TEST_F(SharedPieces, RanksOfOneJobStageCachedBytesInTheSharedPieceSize) {
   EXPECT_EQ(r.staging_processes, 4u);
   EXPECT_EQ(r.slab, 4 * MiB);
   const unsigned long long n = read_whole(*h_, *buf_);
-  if (fake_.call_count) EXPECT_GE(n, kFileSize / (64 * KiB)) << "pieces larger than 64 KiB";
+  if (fake_.call_count) {
+    EXPECT_GE(n, kFileSize / (64 * KiB)) << "pieces larger than 64 KiB";
+  }
   ASSERT_NO_FATAL_FAILURE(read_batch(*h_, *buf_));
 }
 
@@ -133,7 +135,9 @@ TEST_F(SharedPieces, AProcessAloneKeepsWholeSlabs) {
   }
   const unsigned long long n = read_whole(*h_, *buf_);
   // Pieces no smaller than min_chunk_kb (256 KiB) whatever the threads sharing the read.
-  if (fake_.call_count && gpus == 1) EXPECT_LE(n, kFileSize / (256 * KiB)) << "cut finer than a chunk";
+  if (fake_.call_count && gpus == 1) {
+    EXPECT_LE(n, kFileSize / (256 * KiB)) << "cut finer than a chunk";
+  }
   ASSERT_NO_FATAL_FAILURE(read_batch(*h_, *buf_));
 }
 
@@ -145,7 +149,9 @@ TEST_F(SharedPieces, DirectReadsAreNotCutToTheSharedPieceSize) {
   ASSERT_NO_FATAL_FAILURE(open_session("always"));
   if (!report(*h_).direct_capable) GTEST_SKIP() << "this file system takes no O_DIRECT";
   const unsigned long long n = read_whole(*h_, *buf_);
-  if (fake_.call_count) EXPECT_LE(n, kFileSize / (256 * KiB)) << "O_DIRECT pieces were cut to the shared size";
+  if (fake_.call_count) {
+    EXPECT_LE(n, kFileSize / (256 * KiB)) << "O_DIRECT pieces were cut to the shared size";
+  }
 }
 
 }  // namespace
