@@ -1,5 +1,6 @@
 #include "sim_plan.hpp"
 
+#include <algorithm>
 #include <cerrno>
 #include <cinttypes>
 #include <cstdio>
@@ -64,6 +65,11 @@ SessionConfig draw_session(Rng& r, bool uring_refused) {
   // Rings that grow once long reads go direct (0: they never do).
   static const int cold[] = {0, 3, 6};
   c.cold_slabs_per_worker = r.pick(cold);
+  // Smaller pieces than the slab, tied to that draw so that every seed keeps its other draws:
+  // O_DIRECT pieces where rings grow to 3, staged pieces of a shared host where they grow to 6.
+  const int quarter = std::max(4, c.slab_kb / 4);
+  c.cold_piece_kb = c.cold_slabs_per_worker == 3 ? quarter : 0;
+  c.shared_piece_kb = c.cold_slabs_per_worker == 6 ? quarter : 0;
   return c;
 }
 

@@ -26,13 +26,16 @@ struct SessionConfig {
   std::string direct_io = "auto";
   int workers = 2, slab_kb = 64, small_io_kb = 64, min_chunk_kb = 16, slabs_per_worker = 2,
       ring_depth = 64, cold_slabs_per_worker = 0;
+  // O_DIRECT pieces (gpufile.cold_piece_kb) and staged pieces where the host is shared
+  // (gpufile.shared_piece_kb, with LOCAL_WORLD_SIZE=2): 0 leaves each at a slab.
+  int cold_piece_kb = 0, shared_piece_kb = 0;
   std::string describe() const {
-    char s[240];
+    char s[300];
     std::snprintf(s, sizeof s,
                   "engine=%s direct_io=%s workers=%d slab=%dK small_io=%dK min_chunk=%dK "
-                  "slabs/worker=%d cold slabs/worker=%d ring=%d",
+                  "slabs/worker=%d cold slabs/worker=%d ring=%d cold piece=%dK shared piece=%dK",
                   engine.c_str(), direct_io.c_str(), workers, slab_kb, small_io_kb, min_chunk_kb,
-                  slabs_per_worker, cold_slabs_per_worker, ring_depth);
+                  slabs_per_worker, cold_slabs_per_worker, ring_depth, cold_piece_kb, shared_piece_kb);
     return s;
   }
 };

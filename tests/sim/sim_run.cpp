@@ -951,6 +951,10 @@ void apply_settings(const SessionConfig& c) {
   setenv("GPUFILE_SLABS_PER_WORKER", std::to_string(c.slabs_per_worker).c_str(), 1);
   setenv("GPUFILE_RING_DEPTH", std::to_string(c.ring_depth).c_str(), 1);
   setenv("GPUFILE_COLD_SLABS_PER_WORKER", std::to_string(c.cold_slabs_per_worker).c_str(), 1);
+  setenv("GPUFILE_COLD_PIECE_KB", std::to_string(c.cold_piece_kb).c_str(), 1);
+  setenv("GPUFILE_SHARED_PIECE_KB", std::to_string(c.shared_piece_kb).c_str(), 1);
+  if (c.shared_piece_kb > 0) setenv("LOCAL_WORLD_SIZE", "2", 1);
+  else unsetenv("LOCAL_WORLD_SIZE");
   setenv("GPUFILE_CALLER_SLABS", "0", 1);
 }
 
