@@ -47,18 +47,21 @@ int check_remote(const char* url) {
   return 0;
 }
 
-// How large the pieces are that a staged read of cached bytes moves, and why.
-void print_staged_pieces(const Runtime::FileReport& r) {
+// How large the pieces are that reads into GPU memory move, and why: staged out of the page
+// cache (smaller where other GPUs share the host) and read with O_DIRECT.
+void print_pieces(const Runtime::FileReport& r) {
   const auto kib = [](uint64_t b) { return static_cast<unsigned long long>(b >> 10); };
   if (r.shared_piece > 0)
-    std::printf("staged pieces of cached bytes: %llu KiB, not a %llu KiB slab (the staging of %u "
-                "process(es) on this host; last-level cache %llu MiB)\n",
+    std::printf("pieces      page cache to GPU: %llu KiB, not a %llu KiB slab (the staging of %u "
+                "process(es) on this host kept within a third of its %llu MiB last-level cache)\n",
                 kib(r.shared_piece), kib(r.slab), r.staging_processes,
                 static_cast<unsigned long long>(r.last_level_cache >> 20));
   else
-    std::printf("staged pieces of cached bytes: up to a %llu KiB slab (%s)\n", kib(r.slab),
+    std::printf("pieces      page cache to GPU: up to a %llu KiB slab (%s)\n", kib(r.slab),
                 r.staging_processes == 0 ? "no other GPU's staging known to share this host"
                                          : "the share of the last-level cache is no smaller, or its size is unknown");
+  std::printf("            O_DIRECT to GPU: %llu KiB, %u in flight (gpufile.cold_piece_kb; the workers' "
+              "slabs)\n", kib(r.direct_piece), r.direct_in_flight);
 }
 
 }  // namespace
@@ -145,7 +148,7 @@ int check(int argc, char** argv) {
       std::printf("            only reads of up to four slabs make windows (one GPU alone on "
                   "this host, its link takes staged bytes: %s)\n", r.sharing_why.c_str());
   }
-  print_staged_pieces(r);
+  print_pieces(r);
   cuFileHandleDeregister(h);
   ::close(fd);
   return 0;

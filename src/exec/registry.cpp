@@ -210,6 +210,9 @@ Error Runtime::explain_file(void* handle, FileReport* out) {
   out->slab = s->exec->config().slab_bytes;
   out->staging_processes = s->sharing ? s->sharing->staging_processes() : 0;
   out->last_level_cache = s->last_level_cache;
+  const exec::ExecutorConfig& c = s->exec->config();
+  out->direct_piece = c.direct_piece_bytes > 0 ? c.direct_piece_bytes : c.slab_bytes;
+  out->direct_in_flight = c.workers * std::max(c.slabs_per_worker, c.cold_slabs_per_worker);
   if (out->cache_dma_budget > 0) out->long_read_windows_from = s->long_read_windows_from();
   explain_vendor(*s, *h, out);
   return Error::none();

@@ -119,6 +119,10 @@ class Runtime {
     uint64_t slab = 0;
     unsigned staging_processes = 0;
     uint64_t last_level_cache = 0;
+    // An O_DIRECT read's pieces into GPU memory (gpufile.cold_piece_kb, else a slab), and how
+    // many the workers keep in flight.
+    uint64_t direct_piece = 0;
+    unsigned direct_in_flight = 0;
     // Path 5: whether a large aligned read into GPU memory goes through NVIDIA's library, and
     // why; the state of that library in the session; NVIDIA's refusal of this file, if any.
     route::VendorChoice vendor;

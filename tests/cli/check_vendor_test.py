@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """`gpufile check FILE` names the vendor path (NVIDIA's libcufile) and says why a file takes it
-or not, and which reads make page-cache windows: against the CUDA driver double and the NVIDIA
+or not, which reads make page-cache windows and the pieces reads move: against the CUDA driver double and the NVIDIA
 libcufile double (tests/support/fakecufile).
 
 usage: check_vendor_test.py GPUFILE_CLI FAKECUDA FAKECUFILE
@@ -73,6 +73,18 @@ def main():
                     GPUFILE_PAGECACHE_DMA_LONG_READ_MB="0")
         expect(out, "only reads of up to four slabs make windows "
                     "(gpufile.pagecache_dma_long_read_mb is 0)")
+
+        # The pieces reads into GPU memory move: whole slabs for a process alone, the shared
+        # size where ranks share the host, 512 KiB O_DIRECT pieces (every setting given, so that
+        # the machine's cache size does not matter).
+        alone = dict(base, GPUFILE_VENDOR="off", GPUFILE_WORKERS="3")
+        expect(check(cli, accepted, **alone),
+               "pieces      page cache to GPU: up to a 4096 KiB slab (no other GPU's staging",
+               "O_DIRECT to GPU: 512 KiB, 6 in flight")
+        expect(check(cli, accepted, **alone, LOCAL_WORLD_SIZE="4", GPUFILE_SHARED_PIECE_KB="1024",
+                     GPUFILE_COLD_PIECE_KB="0", GPUFILE_COLD_SLABS_PER_WORKER="4"),
+               "pieces      page cache to GPU: 1024 KiB, not a 4096 KiB slab (the staging of 4 process(es)",
+               "O_DIRECT to GPU: 4096 KiB, 12 in flight")
     print("ok")
 
 
