@@ -151,7 +151,9 @@ std::unique_ptr<Buffer> device(size_t n) {
   auto b = Buffer::make(Mem::device, n, &why);
   EXPECT_TRUE(b) << why;
   // The CUDA double aligns allocations to 256 bytes only: the vendor path wants 4 KiB.
-  if (b) EXPECT_EQ(reinterpret_cast<uintptr_t>(b->ptr()) % 4096, 0u) << "the test's GPU buffer is off the 4 KiB grid";
+  if (b) {
+    EXPECT_EQ(reinterpret_cast<uintptr_t>(b->ptr()) % 4096, 0u) << "the test's GPU buffer is off the 4 KiB grid";
+  }
   return b;
 }
 
