@@ -129,6 +129,17 @@ def test_ranks_given_different_checkpoints_fail_every_rank_without_waiting(tmp_p
     assert ranks.gathers == [1, 1, 1], "no data was gathered after the digests differed"
 
 
+def test_a_rank_whose_load_fails_fails_the_others_too(tmp_path, rng):
+    st_save(sample(rng, 6), str(tmp_path / "a.safetensors"))
+    files = [tmp_path / "a.safetensors", tmp_path / "missing.safetensors", tmp_path / "a.safetensors"]
+    out, ranks = run_ranks(3, lambda g, r: gst.load_file(files[r], framework="numpy", group=g))
+    assert isinstance(out[1][1], FileNotFoundError), out[1]
+    for r in (0, 2):
+        assert out[r][0] is None
+        assert isinstance(out[r][1], gst.SafetensorError) and "ranks [1]" in str(out[r][1]), out[r]
+    assert ranks.gathers == [1, 1, 1]
+
+
 def test_a_checkpoint_of_empty_tensors(tmp_path):
     want = {"e": np.zeros((0, 3), np.float32), "f": np.zeros((4, 0), np.int8)}
     st_save(want, str(tmp_path / "e.safetensors"))

@@ -10,7 +10,8 @@ padded), rank r reading share r; one in-place all-gather per file fills the othe
 each tensor is a view into that allocation (views=True) or a copy of its bytes into an allocation
 of its own. Before the all-gathers the ranks compare a digest of what they loaded (the files'
 tensors, their places and sizes), so that ranks given different checkpoints fail with an error
-rather than wait on each other.
+rather than wait on each other; a rank whose own load fails (a missing file, an IO error) takes
+part in that step with a failure's digest, so that the others fail too.
 
 A group is a torch.distributed process group (framework "pt"), or any object with rank(),
 size() and all_gather_into(out, part), which fills `out` (an array of size x len(part) bytes of
@@ -20,7 +21,7 @@ from __future__ import annotations
 
 import hashlib
 import struct
-from typing import Any, Dict, List, NamedTuple, Tuple
+from typing import Any, Dict, List, NamedTuple, Optional, Tuple
 
 from ._checkpoint import _Source
 from ._header import SafetensorError
@@ -102,7 +103,16 @@ def load_shared(t: _Target, filename: Any, group: Any, views: bool) -> Dict[str,
         files.append(_File(src, lo, hi - lo, share, region.obj))
         return []
 
-    _load(t, filename, fill)
+    try:
+        _load(t, filename, fill)
+    except BaseException:
+        # The other ranks wait in the digests' all-gather: this one takes part with the failure's
+        # digest, so that every rank raises rather than waits, then raises its own error.
+        try:
+            _agree(t, g, None)
+        except BaseException:  # noqa: BLE001 - the load's own failure is the one raised
+            pass
+        raise
     _agree(t, g, files)
     for f in files:
         if f.share:
@@ -142,9 +152,13 @@ def _digest(files: List[_File]) -> bytes:
     return d.digest()
 
 
-def _agree(t: _Target, g: _Group, files: List[_File]) -> None:
-    """Every rank gathers every rank's digest; any difference fails the load on every rank."""
-    mine = _digest(files)
+_FAILED = b"\xff" * 16  # the digest of a rank whose own load failed
+
+
+def _agree(t: _Target, g: _Group, files: Optional[List[_File]]) -> None:
+    """Every rank gathers every rank's digest (`files` None: this rank's load failed); any
+    difference fails the load on every rank."""
+    mine = _digest(files) if files is not None else _FAILED
     out = _region(t, len(mine) * g.size).obj
     part = out[g.rank * len(mine):(g.rank + 1) * len(mine)]
     if t.framework == "pt":
@@ -157,7 +171,12 @@ def _agree(t: _Target, g: _Group, files: List[_File]) -> None:
         part[:] = np.frombuffer(mine, dtype=np.uint8)
         g.all_gather_into(out, part)
         every = bytes(out.tobytes())
-    differ = [r for r in range(g.size) if every[r * len(mine):(r + 1) * len(mine)] != mine]
-    if differ:
+    digests = [every[r * len(mine):(r + 1) * len(mine)] for r in range(g.size)]
+    failed = [r for r, d in enumerate(digests) if d == _FAILED]
+    if failed and files is not None:
+        raise SafetensorError(f"ranks {failed[:8]} of the group failed to load the checkpoint (their "
+                              "own errors say why): no rank goes on with a part of it")
+    differ = [r for r, d in enumerate(digests) if d != mine]
+    if differ and files is not None:
         raise SafetensorError(f"ranks {differ[:8]} of the group loaded another checkpoint than rank "
                               f"{g.rank} (other files, tensors or sizes): every rank must load the same")
