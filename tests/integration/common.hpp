@@ -55,6 +55,10 @@ struct FakeControls {
   void (*set_async_delay_us)(unsigned us) = nullptr;
   unsigned long long (*call_count)(const char* name) = nullptr;
   size_t (*live_registered_bytes)() = nullptr;  // cuMemHostRegister'ed, not yet unregistered
+  // Copies into GPU memory made so far, one by one or batched (0 without the double's counts).
+  unsigned long long host_to_device_copies() const {
+    return call_count ? call_count("cuMemcpyHtoDAsync_v2") + call_count("cuMemcpyBatchAsync_v2") : 0;
+  }
 };
 FakeControls fake_controls();
 

@@ -482,9 +482,6 @@ class ColdRing : public Concurrency {
                  {"GPUFILE_SLABS_PER_WORKER", "2"}, {"GPUFILE_SLAB_SIZE_KB", "256"},
                  {"GPUFILE_COLD_SLABS_PER_WORKER", cold}, {"GPUFILE_COLD_PIECE_KB", cold_piece_kb}});
   }
-  unsigned long long copies() const {
-    return fake_.call_count("cuMemcpyHtoDAsync_v2") + fake_.call_count("cuMemcpyBatchAsync_v2");
-  }
   unsigned long long registrations() const { return fake_.call_count("cuMemHostRegister_v2"); }
   // Reads the whole file into device memory `rounds` times, or until `enough()`, every byte
   // checked; returns the rounds read.
@@ -529,15 +526,15 @@ TEST_F(ColdRing, LongDirectReadsGrowEveryRingOnceInOneRegistration) {
 TEST_F(ColdRing, ColdPiecesCutDirectReadsAndTheRingsStillGrow) {
   open("always", "4", "64");
   const unsigned long long opened = registrations();
-  const unsigned long long before = copies();
+  const unsigned long long before = fake_.host_to_device_copies();
   read_file(1);
-  EXPECT_GE(copies() - before, kFileSize / (64 * KiB)) << "pieces larger than 64 KiB";
+  EXPECT_GE(fake_.host_to_device_copies() - before, kFileSize / (64 * KiB)) << "pieces larger than 64 KiB";
   read_file(8, [&] { return registrations() > opened; });
   EXPECT_EQ(registrations() - opened, 1u) << "the rings did not grow";
   open("never", "4", "64");
-  const unsigned long long buffered = copies();
+  const unsigned long long buffered = fake_.host_to_device_copies();
   read_file(1);
-  EXPECT_LE(copies() - buffered, kFileSize / (128 * KiB)) << "reads through the page cache were cut too";
+  EXPECT_LE(fake_.host_to_device_copies() - buffered, kFileSize / (128 * KiB)) << "reads through the page cache were cut too";
 }
 
 TEST_F(ColdRing, ReadsThroughThePageCacheNeverGrowTheRings) {

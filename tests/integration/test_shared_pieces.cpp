@@ -53,20 +53,15 @@ class SharedPieces : public CapiTest {
     return r;
   }
 
-  unsigned long long copies() const {
-    return fake_.call_count ? fake_.call_count("cuMemcpyHtoDAsync_v2") + fake_.call_count("cuMemcpyBatchAsync_v2")
-                            : 0;
-  }
-
   // The whole file into GPU memory by one synchronous read, every byte checked; the copies the
   // read made to the GPU.
   unsigned long long read_whole(Handle& h, Buffer& buf) {
     buf.fill(0, kFileSize, 0xEE);
-    const unsigned long long before = copies();
+    const unsigned long long before = fake_.host_to_device_copies();
     EXPECT_EQ(cuFileRead(h.get(), buf.ptr(), kFileSize, 0, 0), static_cast<ssize_t>(kFileSize));
     EXPECT_EQ(first_mismatch(buf.read_back(0, kFileSize).data(), data_.data(), kFileSize), "")
         << "seed " << test_seed();
-    return copies() - before;
+    return fake_.host_to_device_copies() - before;
   }
 
   // Two batch entries of half the file each, every byte checked.
